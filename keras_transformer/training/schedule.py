@@ -1,0 +1,85 @@
+"""The learning-rate schedule of the paper (Section 5.3, Eq. 3)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+__all__ = ["WarmupSchedule", "paper_optimizer"]
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup then inverse square-root decay (Section 5.3, Eq. 3).
+
+    ``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``
+
+    The rate rises linearly for the first ``warmup_steps`` steps and then
+    decreases proportionally to the inverse square root of the step number;
+    it peaks at ``scale * (d_model * warmup_steps)^-0.5`` at
+    ``step == warmup_steps``. Keras passes the optimizer's 0-based
+    ``iterations``; the paper counts steps from 1, so ``step = iterations + 1``
+    (the first update never has a zero learning rate).
+
+    Args:
+        d_model: model width (Section 3), a positive int.
+        warmup_steps: steps of linear warmup, a positive int (the paper: 4000).
+        scale: a positive float multiplying Eq. 3 (1.0 is the paper; a larger
+            value is common for small batches).
+
+    Call arguments:
+        step: the optimizer's 0-based iteration count, an int or a scalar
+            integer tensor.
+
+    Returns:
+        The learning rate, a scalar float32 tensor (units: per step).
+
+    Raises:
+        ValueError: if ``d_model``, ``warmup_steps`` or ``scale`` is not
+            positive.
+
+    Example:
+    >>> schedule = WarmupSchedule(d_model=512, warmup_steps=4000)
+    >>> optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+        for name, value in (("d_model", d_model), ("warmup_steps", warmup_steps), ("scale", scale)):
+            if value <= 0:
+                raise ValueError(f"WarmupSchedule.{name} must be positive, got {value!r}")
+        self.d_model = int(d_model)
+        self.warmup_steps = int(warmup_steps)
+        self.scale = float(scale)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32) + 1.0
+        d_model = tf.cast(self.d_model, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        return self.scale * tf.math.rsqrt(d_model) * tf.minimum(tf.math.rsqrt(step), step * warmup**-1.5)
+
+    def get_config(self) -> dict:
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0, **kwargs) -> keras.optimizers.Adam:
+    """Adam with beta_1=0.9, beta_2=0.98, epsilon=1e-9 and :class:`WarmupSchedule` (Section 5.3).
+
+    Args:
+        d_model, warmup_steps, scale: passed to :class:`WarmupSchedule`.
+        **kwargs: further arguments of ``keras.optimizers.Adam`` (e.g.
+            ``gradient_accumulation_steps``, ``clipnorm``).
+
+    Returns:
+        A ``keras.optimizers.Adam``.
+
+    Raises:
+        ValueError: from :class:`WarmupSchedule` for non-positive arguments.
+    """
+    return keras.optimizers.Adam(
+        learning_rate=WarmupSchedule(d_model, warmup_steps, scale),
+        beta_1=0.9,
+        beta_2=0.98,
+        epsilon=1e-9,
+        **kwargs,
+    )
+

@@ -1,0 +1,25 @@
+"""Shared test setup: TensorFlow backend, quiet logs, the data folder."""
+
+import os
+import pathlib
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> pathlib.Path:
+    """The real-data folder: $KERAS_TRANSFORMER_DATA, else ../shared/data beside the repo."""
+    return pathlib.Path(os.environ.get("KERAS_TRANSFORMER_DATA", REPO.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> pathlib.Path:
+    """The Multi30k folder; the test is skipped with the reason when it is absent."""
+    path = data_dir() / "multi30k"
+    if not (path / "train.en").is_file():
+        pytest.skip(f"Multi30k not found at {path}; set KERAS_TRANSFORMER_DATA to the folder holding multi30k/")
+    return path

@@ -1,0 +1,74 @@
+"""The label-smoothed masked loss (Section 5.4)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.training import MaskedLabelSmoothedCrossEntropy, masked_accuracy, token_losses
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def reference_loss(y, logits, eps):
+    # Szegedy et al. (2016): q' = (1 - eps) * onehot + eps / V; loss = -sum q' log p over real tokens.
+    logp = log_softmax(logits.astype(np.float64))
+    vocab = logits.shape[-1]
+    total, count = 0.0, 0
+    for b in range(y.shape[0]):
+        for t in range(y.shape[1]):
+            if y[b, t] == 0:
+                continue
+            q = np.full(vocab, eps / vocab)
+            q[y[b, t]] += 1 - eps
+            total += -(q * logp[b, t]).sum()
+            count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_matches_reference(eps):
+    rng = np.random.default_rng(0)
+    y = np.array([[5, 3, 0, 0], [1, 2, 6, 3]], np.int32)
+    logits = rng.normal(size=(2, 4, 7)).astype(np.float32)
+    loss = MaskedLabelSmoothedCrossEntropy(label_smoothing=eps)(y, logits)
+    assert float(loss) == pytest.approx(reference_loss(y, logits, eps), rel=1e-5)
+
+
+def test_ignores_padding():
+    rng = np.random.default_rng(1)
+    y = np.array([[5, 3, 0, 0, 0]], np.int32)
+    logits = rng.normal(size=(1, 5, 7)).astype(np.float32)
+    other = logits.copy()
+    other[:, 2:] = rng.normal(size=(1, 3, 7)) * 100  # garbage at padded positions
+    loss_fn = MaskedLabelSmoothedCrossEntropy(label_smoothing=0.1)
+    assert float(loss_fn(y, logits)) == pytest.approx(float(loss_fn(y, other)), rel=1e-6)
+    # Same real tokens, less padding: same value.
+    assert float(loss_fn(y[:, :2], logits[:, :2])) == pytest.approx(float(loss_fn(y, logits)), rel=1e-6)
+
+
+def test_all_padding_is_zero_not_nan():
+    loss = MaskedLabelSmoothedCrossEntropy()(np.zeros((2, 3), np.int32), np.ones((2, 3, 5), np.float32))
+    assert float(loss) == 0.0
+
+
+def test_token_losses_float16_logits_are_computed_in_float32():
+    logits = tf.constant(np.random.default_rng(2).normal(size=(1, 2, 9)) * 20, tf.float16)
+    out = token_losses(tf.constant([[1, 2]]), logits, 0.1)
+    assert out.dtype == tf.float32 and np.all(np.isfinite(out.numpy()))
+
+
+def test_rejects_bad_smoothing():
+    with pytest.raises(ValueError, match="label_smoothing"):
+        MaskedLabelSmoothedCrossEntropy(label_smoothing=1.0)
+
+
+def test_masked_accuracy():
+    y = np.array([[1, 2, 0]], np.int32)
+    logits = np.zeros((1, 3, 4), np.float32)
+    logits[0, 0, 1] = 1  # right
+    logits[0, 1, 3] = 1  # wrong
+    logits[0, 2, 0] = 1  # padding: ignored although "right"
+    assert float(masked_accuracy(y, logits)) == pytest.approx(0.5)
