@@ -17,9 +17,16 @@ def data_dir() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
-def multi30k_dir() -> pathlib.Path:
+def data_root() -> pathlib.Path:
+    """The real-data folder (see :func:`data_dir`)."""
+    return data_dir()
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir(data_root) -> pathlib.Path:
     """The Multi30k folder; the test is skipped with the reason when it is absent."""
-    path = data_dir() / "multi30k"
-    if not (path / "train.en").is_file():
+    path = data_root / "multi30k"
+    needed = [f"{s}.{l}" for s in ("train", "val", "test2016") for l in ("en", "de")]
+    if not all((path / name).is_file() for name in needed):
         pytest.skip(f"Multi30k not found at {path}; set KERAS_TRANSFORMER_DATA to the folder holding multi30k/")
     return path

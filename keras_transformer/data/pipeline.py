@@ -1,0 +1,430 @@
+"""tf.data input pipeline: strings -> ids -> BOS/EOS -> length policy -> token batches.
+
+"Attention Is All You Need" (Vaswani et al., 2017), Section 5.1: "Sentence
+pairs were batched together by approximate sequence length. Each training batch
+contained a set of sentence pairs containing approximately 25000 source tokens
+and 25000 target tokens."
+
+Two steps:
+
+1. :func:`prepare_pairs` tokenizes every pair once (batched, with the in-graph
+   :class:`~keras_transformer.data.tokenizer.SubwordTokenizer`), appends EOS to
+   source and target, applies the ``max_length`` policy (``"drop"`` the pair, or
+   ``"truncate"`` it keeping EOS as the last token) and returns the ids with a
+   :class:`LengthReport` whose counts are exact. Nothing is dropped or
+   truncated silently: the report is logged (warning level when anything was
+   dropped or truncated) and returned.
+2. :func:`make_dataset` builds the ``tf.data.Dataset`` of
+   ``((source_ids [B,S] int32, target_in_ids [B,T] int32), target_out_ids [B,T] int32)``,
+   0-padded on the right, where ``target_in = [BOS] + pieces`` and
+   ``target_out = pieces + [EOS]`` (teacher forcing, Section 3.1). Batches are
+   either token batches (``batch_tokens``: pairs grouped by length into
+   buckets, ``B * max(S, T) <= batch_tokens`` with the padding included) or
+   fixed ``batch_size`` batches. Each epoch yields every kept pair exactly
+   once (no repeat; call ``.repeat()`` yourself).
+
+Padding widths come from a small fixed set (:func:`bucket_widths`, about 10%
+apart), so XLA sees a bounded number of shapes and padding stays low.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
+
+__all__ = [
+    "LengthReport",
+    "PreparedPairs",
+    "prepare_pairs",
+    "bucket_widths",
+    "make_pair_dataset",
+    "make_dataset",
+    "count_real_tokens",
+    "dataset_statistics",
+]
+
+logger = logging.getLogger(__name__)
+
+LENGTH_POLICIES = ("drop", "truncate")
+
+
+@dataclasses.dataclass
+class LengthReport:
+    """Exact counts of :func:`prepare_pairs`.
+
+    Attributes:
+        max_length: longest kept sequence in tokens (EOS / BOS included).
+        length_policy: ``"drop"`` or ``"truncate"``.
+        pairs: pairs given.
+        kept: pairs in the result.
+        dropped: pairs removed because a side was longer than ``max_length``.
+        truncated: pairs with at least one side truncated.
+        truncated_source: pairs whose source was truncated.
+        truncated_target: pairs whose target was truncated.
+        source_tokens: real source tokens kept (EOS included).
+        target_tokens: real target tokens kept (per target_out, EOS included).
+        longest_source: longest source before the policy (tokens incl. EOS).
+        longest_target: longest target before the policy (tokens incl. EOS).
+    """
+
+    max_length: int
+    length_policy: str
+    pairs: int = 0
+    kept: int = 0
+    dropped: int = 0
+    truncated: int = 0
+    truncated_source: int = 0
+    truncated_target: int = 0
+    source_tokens: int = 0
+    target_tokens: int = 0
+    longest_source: int = 0
+    longest_target: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict."""
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        """One line for logs."""
+        return (
+            f"{self.pairs} pairs, {self.kept} kept, {self.dropped} dropped and {self.truncated} truncated "
+            f"(source {self.truncated_source}, target {self.truncated_target}) by max_length={self.max_length} "
+            f"policy={self.length_policy!r}; longest source {self.longest_source}, target {self.longest_target} "
+            f"tokens; {self.source_tokens} source + {self.target_tokens} target tokens"
+        )
+
+
+@dataclasses.dataclass
+class PreparedPairs:
+    """Token ids of kept pairs, ready for :func:`make_dataset`.
+
+    Attributes:
+        source_ids: ``tf.RaggedTensor`` ``[N, None]`` ``int32``, pieces + EOS.
+        target_ids: ``tf.RaggedTensor`` ``[N, None]`` ``int32``, pieces + EOS
+            (``target_out``; ``target_in`` is derived from it).
+        report: the :class:`LengthReport`.
+    """
+
+    source_ids: tf.RaggedTensor
+    target_ids: tf.RaggedTensor
+    report: LengthReport
+
+    def __len__(self) -> int:
+        return int(self.source_ids.nrows())
+
+
+def _tokenize_all(tokenizer: SubwordTokenizer, sentences: Sequence[str], chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(flat ids int32, row lengths int64) of all sentences, tokenized in chunks."""
+    values, lengths = [], []
+    for start in range(0, len(sentences), chunk):
+        ragged = tokenizer.tokenize(tf.constant(list(sentences[start : start + chunk]), dtype=tf.string))
+        values.append(ragged.flat_values.numpy())
+        lengths.append(ragged.row_lengths().numpy())
+    if not values:
+        return np.zeros([0], np.int32), np.zeros([0], np.int64)
+    return np.concatenate(values).astype(np.int32), np.concatenate(lengths).astype(np.int64)
+
+
+def _with_eos(values: np.ndarray, lengths: np.ndarray, keep_rows: np.ndarray, limit: int) -> tf.RaggedTensor:
+    """Rows ``keep_rows`` cut to ``limit`` pieces, each followed by EOS: ``[K, None]`` int32."""
+    ragged = tf.RaggedTensor.from_row_lengths(tf.constant(values, tf.int32), tf.constant(lengths, tf.int64))
+    ragged = tf.ragged.boolean_mask(ragged, tf.constant(keep_rows, tf.bool))[:, :limit]
+    eos = tf.RaggedTensor.from_tensor(tf.fill([ragged.nrows(), 1], tf.constant(EOS_ID, tf.int32)))
+    return tf.concat([ragged, tf.cast(eos, tf.int32)], axis=1)
+
+
+def prepare_pairs(
+    sources: Sequence[str],
+    targets: Sequence[str],
+    tokenizer: SubwordTokenizer,
+    max_length: int,
+    length_policy: str = "drop",
+    tokenize_batch_size: int = 8192,
+) -> PreparedPairs:
+    """Tokenizes all pairs once and applies the ``max_length`` policy.
+
+    Source = pieces + [EOS]; target_out = pieces + [EOS] (target_in = [BOS] +
+    pieces is built by :func:`make_dataset`). With ``"truncate"`` a side
+    longer than ``max_length`` keeps its first ``max_length - 1`` pieces and
+    then EOS, so EOS is always the last real token.
+
+    Args:
+        sources: source sentences (``str``).
+        targets: target sentences, aligned with ``sources``.
+        tokenizer: the shared-vocabulary :class:`SubwordTokenizer` (Section 3.4).
+        max_length: longest kept sequence in tokens, EOS/BOS included
+            (``TransformerConfig.max_length``).
+        length_policy: ``"drop"`` (remove the pair) or ``"truncate"``.
+        tokenize_batch_size: sentences per tokenizer call.
+
+    Returns:
+        :class:`PreparedPairs` (ragged ``int32`` ids) with an exact
+        :class:`LengthReport`.
+
+    Raises:
+        ValueError: for unequal numbers of sources and targets, an unknown
+            ``length_policy``, or ``max_length < 2``.
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"prepare_pairs: {len(sources)} sources but {len(targets)} targets")
+    if length_policy not in LENGTH_POLICIES:
+        raise ValueError(f"length_policy must be one of {LENGTH_POLICIES}, got {length_policy!r}")
+    if not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length must be an integer >= 2 (one piece + EOS), got {max_length!r}")
+    src_values, src_lengths = _tokenize_all(tokenizer, sources, tokenize_batch_size)
+    tgt_values, tgt_lengths = _tokenize_all(tokenizer, targets, tokenize_batch_size)
+    limit = max_length - 1  # pieces that fit next to EOS (or BOS for target_in)
+    src_long = src_lengths > limit
+    tgt_long = tgt_lengths > limit
+    n = len(sources)
+    report = LengthReport(max_length=max_length, length_policy=length_policy, pairs=n)
+    if n:
+        report.longest_source = int(src_lengths.max()) + 1
+        report.longest_target = int(tgt_lengths.max()) + 1
+    if length_policy == "drop":
+        keep = ~(src_long | tgt_long)
+        report.dropped = int((~keep).sum())
+    else:
+        keep = np.ones([n], dtype=bool)
+        report.truncated = int((src_long | tgt_long).sum())
+        report.truncated_source = int(src_long.sum())
+        report.truncated_target = int(tgt_long.sum())
+    source_ids = _with_eos(src_values, src_lengths, keep, limit)
+    target_ids = _with_eos(tgt_values, tgt_lengths, keep, limit)
+    report.kept = int(keep.sum())
+    report.source_tokens = int(source_ids.row_lengths().numpy().sum())
+    report.target_tokens = int(target_ids.row_lengths().numpy().sum())
+    level = logging.WARNING if (report.dropped or report.truncated) else logging.INFO
+    logger.log(level, "prepare_pairs: %s", report.summary())
+    return PreparedPairs(source_ids, target_ids, report)
+
+
+def bucket_widths(max_length: int, min_width: int = 8, growth: float = 1.1) -> list[int]:
+    """The fixed padding widths: ``min_width``, then about ``growth`` times apart, up to ``max_length``.
+
+    Args:
+        max_length: the last (largest) width.
+        min_width: the first width.
+        growth: ratio between consecutive widths (> 1).
+
+    Returns:
+        Strictly increasing ``list[int]`` ending with ``max_length``; e.g.
+        ``bucket_widths(32) == [8, 9, 10, 11, 13, 15, 17, 19, 21, 24, 27, 30, 32]``.
+
+    Raises:
+        ValueError: for ``growth <= 1`` or non-positive sizes.
+    """
+    if growth <= 1.0 or min_width < 1 or max_length < 1:
+        raise ValueError(f"need growth > 1 and positive sizes, got {max_length=}, {min_width=}, {growth=}")
+    widths, width = [], min_width
+    while width < max_length:
+        widths.append(width)
+        width = max(width + 1, int(math.ceil(round(width * growth, 6))))
+    widths.append(max_length)
+    return widths
+
+
+def make_pair_dataset(prepared: PreparedPairs) -> tf.data.Dataset:
+    """Unbatched ``(source_ids [S], target_in_ids [T], target_out_ids [T])`` ``int32``, each pair once, in order.
+
+    ``target_in = [BOS] + target_out[:-1]`` (the decoder input is the target
+    shifted right, Section 3.1).
+
+    Args:
+        prepared: output of :func:`prepare_pairs`.
+
+    Returns:
+        A finite ``tf.data.Dataset`` of ``len(prepared)`` triples.
+    """
+    dataset = tf.data.Dataset.from_tensor_slices((prepared.source_ids, prepared.target_ids))
+
+    def add_target_in(source: tf.Tensor, target_out: tf.Tensor):
+        target_in = tf.concat([tf.constant([BOS_ID], tf.int32), target_out[:-1]], axis=0)
+        return source, target_in, target_out
+
+    return dataset.map(add_target_in, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _pad_to_width(ids: tf.Tensor, widths: tf.Tensor) -> tf.Tensor:
+    """Right-pads ``[B, L]`` ids with 0 to the smallest width >= L."""
+    length = tf.shape(ids)[1]
+    index = tf.searchsorted(widths, tf.reshape(length, [1]), side="left")[0]
+    width = tf.gather(widths, tf.minimum(index, tf.size(widths) - 1))
+    width = tf.maximum(width, length)
+    return tf.pad(ids, [[0, 0], [0, width - length]], constant_values=PAD_ID)
+
+
+def _shift_right(target_out: tf.Tensor) -> tf.Tensor:
+    """``[B, T]`` pieces+EOS (0-padded) -> ``[B, T]`` BOS+pieces (0-padded), Section 3.1 "offset by one"."""
+    bos = tf.fill([tf.shape(target_out)[0], 1], tf.constant(BOS_ID, target_out.dtype))
+    shifted = tf.concat([bos, target_out[:, :-1]], axis=1)
+    return tf.where(tf.equal(shifted, EOS_ID), tf.zeros_like(shifted), shifted)
+
+
+def make_dataset(
+    prepared: PreparedPairs,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    widths: Sequence[int] | None = None,
+    padding: str = "bucket",
+    shuffle: bool = True,
+    seed: int = 0,
+    shuffle_buffer_size: int | None = None,
+    cache: bool | str = False,
+    deterministic: bool = True,
+    drop_remainder: bool = False,
+    prefetch: bool = True,
+) -> tf.data.Dataset:
+    """Batched training/evaluation data (Section 5.1: batches by approximate length).
+
+    Token batches (``batch_tokens``): each pair goes to the bucket of the
+    smallest width ``w >= max(len(source), len(target))``; bucket ``w`` emits
+    batches of ``batch_tokens // w`` pairs, so every batch satisfies
+    ``B * max(S, T) <= batch_tokens`` including padding (the last batch of a
+    bucket in an epoch may be smaller). Fixed batches (``batch_size``): the
+    paper-less baseline, ``batch_size`` pairs in shuffled order.
+
+    Args:
+        prepared: output of :func:`prepare_pairs`.
+        batch_tokens: token budget per batch and side (padding included),
+            ``TransformerConfig.batch_tokens``. Exclusive with ``batch_size``.
+        batch_size: pairs per batch. Exclusive with ``batch_tokens``.
+        widths: padding widths / bucket upper bounds (increasing); default
+            :func:`bucket_widths` up to the longest prepared sequence.
+        padding: ``"bucket"``: each side is padded to the smallest width in
+            ``widths`` that fits its batch (a bounded set of shapes for XLA);
+            ``"batch"``: to the longest sequence of the batch.
+        shuffle: shuffle pairs (seeded, reshuffled each epoch).
+        seed: shuffle seed.
+        shuffle_buffer_size: default: all pairs (a full shuffle).
+        cache: cache the unbatched pairs in memory (``True``) or a file path.
+        deterministic: fixed element order for a seed (``tf.data`` option).
+        drop_remainder: drop incomplete batches (then not every pair is
+            yielded each epoch).
+        prefetch: add ``prefetch(AUTOTUNE)``.
+
+    Returns:
+        A finite ``tf.data.Dataset`` of ``((source_ids [B,S] int32,
+        target_in_ids [B,T] int32), target_out_ids [B,T] int32)``, 0-padded on
+        the right; one pass = one epoch.
+
+    Raises:
+        ValueError: unless exactly one of ``batch_tokens``/``batch_size`` is
+            given, when ``batch_tokens`` is smaller than the largest width, or
+            for an unknown ``padding`` or non-increasing ``widths``.
+    """
+    if (batch_tokens is None) == (batch_size is None):
+        raise ValueError("give exactly one of batch_tokens (token batches) or batch_size (fixed batches)")
+    if padding not in ("bucket", "batch"):
+        raise ValueError(f"padding must be 'bucket' or 'batch', got {padding!r}")
+    longest = max(
+        int(tf.reduce_max(prepared.source_ids.row_lengths())) if len(prepared) else 1,
+        int(tf.reduce_max(prepared.target_ids.row_lengths())) if len(prepared) else 1,
+    )
+    if widths is None:
+        widths = bucket_widths(max(longest, 1), min_width=min(8, longest))
+    widths = [int(w) for w in widths]
+    if any(b <= a for a, b in zip(widths, widths[1:])) or widths[0] < 1:
+        raise ValueError(f"widths must be positive and strictly increasing, got {widths}")
+    if widths[-1] < longest:
+        raise ValueError(f"the largest width {widths[-1]} is shorter than the longest prepared sequence ({longest})")
+    widths_t = tf.constant(widths, tf.int32)
+
+    # Elements are (source, target_out); target_in is derived per batch (vectorized).
+    dataset = tf.data.Dataset.from_tensor_slices((prepared.source_ids, prepared.target_ids))
+    # Rows of a ragged tensor come as rank-0-ragged specs; make them plain tensors.
+    dataset = dataset.map(lambda s, t: (tf.identity(s), tf.identity(t)), num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+        dataset = dataset.cache("" if cache is True else cache)
+    if shuffle:
+        buffer = shuffle_buffer_size or max(len(prepared), 1)
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    padded_shapes = ([None], [None])
+
+    if batch_tokens is not None:
+        if batch_tokens < widths[-1]:
+            raise ValueError(
+                f"batch_tokens={batch_tokens} is smaller than the largest width {widths[-1]}: "
+                "a batch could not hold one pair"
+            )
+        sizes_t = tf.constant([batch_tokens // w for w in widths], tf.int64)
+
+        def key_fn(source, target_out):
+            length = tf.maximum(tf.size(source), tf.size(target_out))
+            return tf.cast(tf.searchsorted(widths_t, tf.reshape(length, [1]), side="left")[0], tf.int64)
+
+        def reduce_fn(key, window):
+            return window.padded_batch(
+                tf.gather(sizes_t, key), padded_shapes=padded_shapes, drop_remainder=drop_remainder
+            )
+
+        dataset = dataset.group_by_window(key_fn, reduce_fn, window_size_func=lambda key: tf.gather(sizes_t, key))
+    else:
+        dataset = dataset.padded_batch(batch_size, padded_shapes=padded_shapes, drop_remainder=drop_remainder)
+
+    def to_model_inputs(source, target_out):
+        if padding == "bucket":
+            source = _pad_to_width(source, widths_t)
+            target_out = _pad_to_width(target_out, widths_t)
+        return (source, _shift_right(target_out)), target_out
+
+    dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    dataset = dataset.with_options(options)
+    if prefetch:
+        dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset
+
+
+def count_real_tokens(ids: tf.Tensor) -> tf.Tensor:
+    """Number of non-padding tokens (``ids != 0``).
+
+    Args:
+        ids: integer ids of any shape, 0 = padding.
+
+    Returns:
+        Scalar ``int64`` tensor.
+    """
+    return tf.math.count_nonzero(tf.not_equal(ids, PAD_ID), dtype=tf.int64)
+
+
+def dataset_statistics(dataset: tf.data.Dataset) -> dict[str, Any]:
+    """Iterates one epoch and counts sentences, real and padded tokens.
+
+    Args:
+        dataset: yields ``((source_ids [B,S], target_in_ids [B,T]), target_out_ids [B,T])``.
+
+    Returns:
+        dict with ``batches``, ``sentences``, ``source_tokens``,
+        ``target_tokens`` (real, of target_out), ``source_slots`` and
+        ``target_slots`` (``B*S`` and ``B*T`` summed), ``padding_fraction``
+        (padded slots / all slots, both sides), ``max_batch_tokens``
+        (largest ``B * max(S, T)``) and ``shapes`` (distinct ``(B, S, T)``).
+    """
+    stats = dict(batches=0, sentences=0, source_tokens=0, target_tokens=0, source_slots=0, target_slots=0,
+                 max_batch_tokens=0)
+    shapes = set()
+    for (source, _), target_out in dataset:
+        b, s = source.shape
+        t = target_out.shape[1]
+        shapes.add((b, s, t))
+        stats["batches"] += 1
+        stats["sentences"] += b
+        stats["source_tokens"] += int(count_real_tokens(source))
+        stats["target_tokens"] += int(count_real_tokens(target_out))
+        stats["source_slots"] += b * s
+        stats["target_slots"] += b * t
+        stats["max_batch_tokens"] = max(stats["max_batch_tokens"], b * max(s, t))
+    slots = stats["source_slots"] + stats["target_slots"]
+    stats["padding_fraction"] = 1.0 - (stats["source_tokens"] + stats["target_tokens"]) / slots if slots else 0.0
+    stats["shapes"] = shapes
+    return stats

@@ -1,0 +1,508 @@
+"""Parallel text sources: local files, TSV, Multi30k and TFDS translation sets.
+
+Every reader returns a :class:`ParallelText`: two aligned lists of sentences and
+a :class:`ReadReport` that counts what was read and what was skipped. Local
+data comes first; downloads happen only when data is missing and the network
+is reachable, and a failed download says exactly which files to put where.
+
+Bad input policy (``on_error``):
+
+* ``"raise"`` (default): a ``ValueError`` naming the file and the 1-based line
+  (empty line on one side, invalid UTF-8, a TSV line with too few fields).
+* ``"skip"``: the pair is dropped, counted in the report (per reason) and the
+  first few locations are kept in ``report.examples``.
+* Mismatched line counts always raise, in both modes: the alignment of every
+  line is then in doubt, so there is nothing safe to skip. The message names
+  both files and both counts.
+* A missing file raises ``FileNotFoundError`` naming the path.
+
+The paper trains on WMT 2014 EN-DE (4.5M pairs) and EN-FR (Section 5.1);
+Multi30k (Elliott et al., 2016) is the small CPU-sized corpus used here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "ParallelText",
+    "ReadReport",
+    "read_parallel_files",
+    "read_tsv_pairs",
+    "load_multi30k",
+    "load_tfds_translation",
+    "default_data_dir",
+    "MULTI30K_URL",
+    "MULTI30K_FILES",
+]
+
+DATA_ENV_VAR = "KERAS_TRANSFORMER_DATA"
+CACHE_ENV_VAR = "KERAS_TRANSFORMER_CACHE"
+
+#: Raw files of the multi30k/dataset GitHub repository (Task 1).
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}.{lang}.gz"
+#: split -> (local stem, remote stem).
+MULTI30K_FILES = {"train": ("train", "train"), "val": ("val", "val"), "test2016": ("test2016", "test_2016_flickr")}
+_MULTI30K_ALIASES = {"validation": "val", "valid": "val", "dev": "val", "test": "test2016", "test_2016_flickr": "test2016"}
+#: sha256 of the original .gz files (see /work/shared/data/multi30k/README.md).
+_MULTI30K_GZ_SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+}
+_MAX_EXAMPLES = 10
+
+
+@dataclasses.dataclass
+class ReadReport:
+    """Counts of one read of parallel text.
+
+    Attributes:
+        source: a description of what was read (paths or dataset name).
+        pairs_read: pairs (lines) looked at.
+        pairs_kept: pairs returned.
+        skipped_empty: pairs skipped because a side was empty.
+        skipped_invalid_utf8: pairs skipped because a side was not UTF-8.
+        skipped_bad_fields: TSV lines skipped for too few fields.
+        examples: ``"file:line: reason"`` of the first few skips.
+    """
+
+    source: str
+    pairs_read: int = 0
+    pairs_kept: int = 0
+    skipped_empty: int = 0
+    skipped_invalid_utf8: int = 0
+    skipped_bad_fields: int = 0
+    examples: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        """All skipped pairs."""
+        return self.skipped_empty + self.skipped_invalid_utf8 + self.skipped_bad_fields
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict of the counts (and ``skipped``)."""
+        return dict(dataclasses.asdict(self), skipped=self.skipped)
+
+    def summary(self) -> str:
+        """One line for logs, e.g. ``"train.en|train.de: 29000 read, 29000 kept, 0 skipped"``."""
+        text = f"{self.source}: {self.pairs_read} read, {self.pairs_kept} kept, {self.skipped} skipped"
+        if self.skipped:
+            text += (
+                f" (empty={self.skipped_empty}, invalid_utf8={self.skipped_invalid_utf8}, "
+                f"bad_fields={self.skipped_bad_fields}; first: {'; '.join(self.examples[:3])})"
+            )
+        return text
+
+
+@dataclasses.dataclass
+class ParallelText:
+    """Aligned sentence pairs: ``sources[i]`` translates to ``targets[i]``.
+
+    Attributes:
+        sources: source sentences (``list[str]``).
+        targets: target sentences (``list[str]``), same length.
+        report: the :class:`ReadReport` of the read.
+    """
+
+    sources: list[str]
+    targets: list[str]
+    report: ReadReport
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+
+
+def _open_binary(path: str):
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"parallel data file not found: {path}")
+    if os.path.isdir(path):
+        raise ValueError(f"expected a text file but got a directory: {path}")
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _lines(path: str) -> Iterator[bytes]:
+    """Lines of a file as bytes, without the line ending (LF or CRLF)."""
+    with _open_binary(path) as f:
+        for raw in f:
+            yield raw.rstrip(b"\r\n")
+
+
+def _decode(raw: bytes, path: str, number: int) -> tuple[str | None, str | None]:
+    """(text, None) or (None, problem) for one line."""
+    try:
+        return raw.decode("utf-8").strip(), None
+    except UnicodeDecodeError as e:
+        return None, f"{path}:{number}: invalid UTF-8 ({e.reason} at byte {e.start})"
+
+
+def _skip_or_raise(report: ReadReport, on_error: str, counter: str, message: str) -> None:
+    if on_error == "raise":
+        raise ValueError(message + " (pass on_error='skip' to skip and count such pairs)")
+    setattr(report, counter, getattr(report, counter) + 1)
+    if len(report.examples) < _MAX_EXAMPLES:
+        report.examples.append(message)
+
+
+def read_parallel_files(
+    source_path: str | os.PathLike,
+    target_path: str | os.PathLike,
+    on_error: str = "raise",
+    max_pairs: int | None = None,
+) -> ParallelText:
+    """Reads two aligned files, line i of one translating line i of the other.
+
+    Args:
+        source_path: source-language file, UTF-8, one sentence per line
+            (``.gz`` is decompressed).
+        target_path: target-language file, same format and line count.
+        on_error: ``"raise"`` or ``"skip"`` (see module docstring).
+        max_pairs: read only the first this many lines (no count check then).
+
+    Returns:
+        :class:`ParallelText` with sentences stripped of surrounding whitespace.
+
+    Raises:
+        FileNotFoundError: naming a missing file.
+        ValueError: for mismatched line counts (naming both files and both
+            counts, in both modes), and with ``on_error="raise"`` for an empty
+            line on either side or invalid UTF-8 (naming file and line).
+    """
+    _check_on_error(on_error)
+    src, tgt = os.fspath(source_path), os.fspath(target_path)
+    for p in (src, tgt):
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"parallel data file not found: {p}")
+    report = ReadReport(source=f"{src} | {tgt}")
+    sources: list[str] = []
+    targets: list[str] = []
+    src_lines, tgt_lines = _lines(src), _lines(tgt)
+    number = 0
+    while max_pairs is None or number < max_pairs:
+        a = next(src_lines, None)
+        b = next(tgt_lines, None)
+        if a is None or b is None:
+            if a is None and b is None:
+                break
+            n_src = number + (0 if a is None else 1 + sum(1 for _ in src_lines))
+            n_tgt = number + (0 if b is None else 1 + sum(1 for _ in tgt_lines))
+            raise ValueError(
+                f"mismatched line counts: {src} has {n_src} lines but {tgt} has {n_tgt} lines; "
+                "parallel files must be aligned line by line"
+            )
+        number += 1
+        report.pairs_read += 1
+        text_a, problem_a = _decode(a, src, number)
+        text_b, problem_b = _decode(b, tgt, number)
+        if problem_a or problem_b:
+            _skip_or_raise(report, on_error, "skipped_invalid_utf8", problem_a or problem_b)
+            continue
+        if not text_a or not text_b:
+            empty = [p for p, t in ((src, text_a), (tgt, text_b)) if not t]
+            _skip_or_raise(
+                report, on_error, "skipped_empty", f"{' and '.join(empty)}:{number}: empty line in a parallel pair"
+            )
+            continue
+        sources.append(text_a)
+        targets.append(text_b)
+    report.pairs_kept = len(sources)
+    return ParallelText(sources, targets, report)
+
+
+def read_tsv_pairs(
+    path: str | os.PathLike,
+    source_column: int = 0,
+    target_column: int = 1,
+    on_error: str = "raise",
+    delimiter: str = "\t",
+) -> ParallelText:
+    """Reads sentence pairs from a delimited file (e.g. Tatoeba ``spa.txt``).
+
+    Args:
+        path: UTF-8 file (``.gz`` allowed), one pair per line; extra columns
+            (e.g. Tatoeba attribution) are ignored.
+        source_column: 0-based column of the source sentence
+            (``spa.txt``: 0 = English, 1 = Spanish).
+        target_column: 0-based column of the target sentence.
+        on_error: ``"raise"`` or ``"skip"`` (see module docstring).
+        delimiter: field separator.
+
+    Returns:
+        :class:`ParallelText`.
+
+    Raises:
+        FileNotFoundError: naming a missing file.
+        ValueError: with ``on_error="raise"``, naming file and line, for too
+            few fields, an empty field or invalid UTF-8; for equal columns.
+    """
+    _check_on_error(on_error)
+    if source_column == target_column:
+        raise ValueError(f"source_column and target_column must differ, both are {source_column}")
+    path = os.fspath(path)
+    report = ReadReport(source=path)
+    sources: list[str] = []
+    targets: list[str] = []
+    needed = max(source_column, target_column) + 1
+    for number, raw in enumerate(_lines(path), start=1):
+        report.pairs_read += 1
+        text, problem = _decode(raw, path, number)
+        if problem:
+            _skip_or_raise(report, on_error, "skipped_invalid_utf8", problem)
+            continue
+        fields = raw.decode("utf-8").split(delimiter)
+        if len(fields) < needed:
+            _skip_or_raise(
+                report,
+                on_error,
+                "skipped_bad_fields",
+                f"{path}:{number}: expected at least {needed} {delimiter!r}-separated fields, found {len(fields)}",
+            )
+            continue
+        a, b = fields[source_column].strip(), fields[target_column].strip()
+        if not a or not b:
+            _skip_or_raise(report, on_error, "skipped_empty", f"{path}:{number}: empty sentence in a pair")
+            continue
+        sources.append(a)
+        targets.append(b)
+    report.pairs_kept = len(sources)
+    return ParallelText(sources, targets, report)
+
+
+# --------------------------------------------------------------------------- Multi30k
+
+
+def default_data_dir() -> str | None:
+    """The data directory from the environment variable ``KERAS_TRANSFORMER_DATA`` (or ``None``)."""
+    return os.environ.get(DATA_ENV_VAR) or None
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get(CACHE_ENV_VAR) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "keras_transformer"
+    )
+    return os.path.join(base, "multi30k")
+
+
+def _multi30k_dir_candidates(data_dir: str | None) -> list[str]:
+    dirs = []
+    if data_dir:
+        dirs += [os.path.join(data_dir, "multi30k"), data_dir]
+    return dirs
+
+
+def _download_multi30k_file(remote: str, local_path: str, timeout: float) -> None:
+    """Downloads one raw .gz file, checks its sha256 and writes it decompressed."""
+    name, lang = remote.rsplit(".", 1)
+    url = MULTI30K_URL.format(name=name, lang=lang)
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        payload = response.read()
+    expected = _MULTI30K_GZ_SHA256.get(f"{name}.{lang}.gz")
+    digest = hashlib.sha256(payload).hexdigest()
+    if expected and digest != expected:
+        raise ValueError(f"downloaded {url} has sha256 {digest}, expected {expected}")
+    data = gzip.decompress(payload)
+    directory = os.path.dirname(local_path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".download-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, local_path)
+
+
+def load_multi30k(
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    download: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    on_error: str = "raise",
+    timeout: float = 30.0,
+) -> ParallelText:
+    """Multi30k Task 1 (Elliott et al., 2016) English-German pairs.
+
+    Looks for ``{split}.{lang}`` files in ``data_dir/multi30k``, then
+    ``data_dir``, then ``cache_dir``; ``data_dir`` defaults to the environment
+    variable ``KERAS_TRANSFORMER_DATA`` (no path relative to the working
+    directory is assumed). When nothing is found and ``download`` is true, the
+    raw files are fetched from the ``multi30k/dataset`` GitHub repository
+    (``data/task1/raw/*.gz``), checked against their sha256 and stored
+    decompressed in ``cache_dir`` (default ``$KERAS_TRANSFORMER_CACHE/multi30k``
+    or ``~/.cache/keras_transformer/multi30k``).
+
+    Args:
+        split: ``"train"`` (29,000), ``"val"`` (1,014) or ``"test2016"``
+            (1,000); aliases ``validation``, ``valid``, ``dev``, ``test``.
+        data_dir: folder holding ``multi30k/`` or the files themselves.
+        source_lang: ``"en"`` or ``"de"``.
+        target_lang: the other one.
+        download: allow the download when the files are missing.
+        cache_dir: where downloads go (also searched).
+        on_error: ``"raise"`` or ``"skip"`` (see module docstring).
+        timeout: seconds per download request.
+
+    Returns:
+        :class:`ParallelText`.
+
+    Raises:
+        ValueError: for an unknown split or language.
+        FileNotFoundError: when the files are missing and cannot be downloaded;
+            the message lists the exact files and the folders to put them in.
+    """
+    split = _MULTI30K_ALIASES.get(split, split)
+    if split not in MULTI30K_FILES:
+        raise ValueError(f"unknown Multi30k split {split!r}; known: {sorted(MULTI30K_FILES)} (+ aliases)")
+    if {source_lang, target_lang} != {"en", "de"}:
+        raise ValueError(f"Multi30k has languages 'en' and 'de', got source {source_lang!r} target {target_lang!r}")
+    data_dir = os.fspath(data_dir) if data_dir is not None else default_data_dir()
+    cache_dir = os.fspath(cache_dir) if cache_dir is not None else _default_cache_dir()
+    local, remote = MULTI30K_FILES[split]
+    names = [f"{local}.{source_lang}", f"{local}.{target_lang}"]
+    searched = _multi30k_dir_candidates(data_dir) + [cache_dir]
+    for directory in searched:
+        if all(os.path.isfile(os.path.join(directory, n)) for n in names):
+            return read_parallel_files(*(os.path.join(directory, n) for n in names), on_error=on_error)
+
+    problem = "download=False"
+    if download:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            for lang, name in zip((source_lang, target_lang), names):
+                target = os.path.join(cache_dir, name)
+                if not os.path.isfile(target):
+                    _download_multi30k_file(f"{remote}.{lang}", target, timeout)
+            return read_parallel_files(*(os.path.join(cache_dir, n) for n in names), on_error=on_error)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            problem = f"download failed: {e}"
+    all_files = " ".join(f"{local}.{lang}" for local, _ in MULTI30K_FILES.values() for lang in ("en", "de"))
+    urls = ", ".join(MULTI30K_URL.format(name=remote, lang=lang) for lang in (source_lang, target_lang))
+    raise FileNotFoundError(
+        f"Multi30k split {split!r} not found: need the files {names[0]} and {names[1]} "
+        f"(UTF-8, one sentence per line, aligned) in one of: {', '.join(searched)}. ({problem}.) "
+        f"Put them there, e.g. gunzip {urls} to {cache_dir}/{names[0]} and {cache_dir}/{names[1]}, "
+        f"or pass data_dir / set ${DATA_ENV_VAR} to a folder holding multi30k/ with {all_files}."
+    )
+
+
+# --------------------------------------------------------------------------- TFDS
+
+
+def _network_available(url: str = "https://storage.googleapis.com", timeout: float = 5.0) -> bool:
+    """True when ``url`` answers within ``timeout`` seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True  # the server answered
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def load_tfds_translation(
+    name: str,
+    split: str = "train",
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = True,
+    on_error: str = "raise",
+    max_pairs: int | None = None,
+) -> ParallelText:
+    """A TFDS translation dataset, e.g. ``wmt14_translate/de-en`` (Section 5.1).
+
+    Uses the prepared dataset in ``data_dir`` when there is one; otherwise
+    downloads and prepares it if ``download`` is true and the network is
+    reachable (WMT14 is several GB).
+
+    Args:
+        name: TFDS name with config, e.g. ``"wmt14_translate/de-en"`` or
+            ``"ted_hrlr_translate/pt_to_en"``.
+        split: TFDS split (``"train"``, ``"validation"``, ``"test"``, slices).
+        source_lang: feature key of the source (default: the config's first
+            language, e.g. ``de`` for ``de-en``, ``pt`` for ``pt_to_en``).
+        target_lang: feature key of the target (default: the other language).
+        data_dir: TFDS data directory (default: TFDS's own).
+        download: allow download_and_prepare when the data is not prepared.
+        on_error: ``"raise"`` or ``"skip"`` for empty sentences.
+        max_pairs: read at most this many pairs.
+
+    Returns:
+        :class:`ParallelText`.
+
+    Raises:
+        ImportError: when ``tensorflow_datasets`` is not installed.
+        RuntimeError: when the dataset is not prepared and cannot be
+            downloaded; the message says how to use local files instead.
+        ValueError: for unknown language keys, or empty sentences with
+            ``on_error="raise"``.
+    """
+    _check_on_error(on_error)
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:  # pragma: no cover - tfds is installed in the venv
+        raise ImportError("load_tfds_translation needs tensorflow_datasets (pip install tensorflow-datasets)") from e
+    data_dir = os.fspath(data_dir) if data_dir is not None else None
+    builder = tfds.builder(name, data_dir=data_dir)
+    keys = list(builder.info.features.keys())
+    if source_lang is None or target_lang is None:
+        config = name.split("/", 1)[1] if "/" in name else ""
+        order = [k for k in config.replace("_to_", "-").split("-") if k in keys] or keys
+        source_lang = source_lang or order[0]
+        target_lang = target_lang or next(k for k in order + keys if k != source_lang)
+    for lang in (source_lang, target_lang):
+        if lang not in keys:
+            raise ValueError(f"{name} has language features {keys}, not {lang!r}")
+
+    prepared = os.path.exists(os.path.join(os.fspath(builder.data_dir), "dataset_info.json"))
+    if not prepared:
+        how = (
+            "To train without TFDS, use local parallel files: read_parallel_files(source_path, target_path) "
+            "(CLI: --train-source/--train-target), read_tsv_pairs(path) or load_multi30k(data_dir=...); or prepare "
+            f"the dataset on a machine with network (`tfds build {name} --data_dir DIR`) and pass data_dir=DIR."
+        )
+        if not download:
+            raise RuntimeError(f"TFDS dataset {name} is not prepared in {builder.data_dir} and download=False. {how}")
+        if not _network_available():
+            raise RuntimeError(
+                f"TFDS dataset {name} is not prepared in {builder.data_dir} and the network is unreachable, "
+                f"so it cannot be downloaded. {how}"
+            )
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # TFDS raises many kinds
+            raise RuntimeError(f"TFDS download_and_prepare({name}) failed: {e}. {how}") from e
+
+    report = ReadReport(source=f"tfds:{name}[{split}] {source_lang}->{target_lang}")
+    sources: list[str] = []
+    targets: list[str] = []
+    dataset = builder.as_dataset(split=split, shuffle_files=False)
+    if max_pairs is not None:
+        dataset = dataset.take(max_pairs)
+    for number, example in enumerate(dataset.as_numpy_iterator(), start=1):
+        report.pairs_read += 1
+        texts = []
+        for lang in (source_lang, target_lang):
+            value = example[lang]
+            texts.append((value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)).strip())
+        if not texts[0] or not texts[1]:
+            _skip_or_raise(report, on_error, "skipped_empty", f"tfds:{name}[{split}] example {number}: empty sentence")
+            continue
+        sources.append(texts[0])
+        targets.append(texts[1])
+    report.pairs_kept = len(sources)
+    return ParallelText(sources, targets, report)

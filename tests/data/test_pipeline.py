@@ -1,0 +1,182 @@
+"""Tests of keras_transformer.data.pipeline (Section 5.1 batching, teacher-forcing shifts)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from keras_transformer.data.pipeline import (
+    bucket_widths,
+    count_real_tokens,
+    dataset_statistics,
+    make_dataset,
+    make_pair_dataset,
+    prepare_pairs,
+)
+
+BOS, EOS = 2, 3
+
+
+@pytest.fixture(scope="module")
+def processor(tokenizer_model):
+    """Reference python SentencePiece for independent expectations."""
+    return spm.SentencePieceProcessor(model_file=tokenizer_model)
+
+
+@pytest.fixture(scope="module")
+def val_prepared(tokenizer, multi30k_val):
+    en, de = multi30k_val
+    return prepare_pairs(en, de, tokenizer, max_length=200)
+
+
+def _rows(ids: np.ndarray) -> list[tuple[int, ...]]:
+    """Rows of a 0-padded batch without the padding; checks padding is only on the right."""
+    rows = []
+    for row in ids:
+        n = int((row != 0).sum())
+        assert (row[:n] != 0).all() and (row[n:] == 0).all()
+        rows.append(tuple(int(x) for x in row[:n]))
+    return rows
+
+
+def test_prepare_adds_eos_and_shift(val_prepared, processor, multi30k_val):
+    en, de = multi30k_val
+    assert val_prepared.report.dropped == 0 and val_prepared.report.kept == len(en) == len(val_prepared)
+    src = val_prepared.source_ids.to_list()
+    tgt = val_prepared.target_ids.to_list()
+    for i in (0, 1, 500, len(en) - 1):
+        assert src[i] == processor.encode(en[i]) + [EOS]
+        assert tgt[i] == processor.encode(de[i]) + [EOS]
+    first = next(iter(make_pair_dataset(val_prepared)))
+    source, target_in, target_out = (t.numpy().tolist() for t in first)
+    assert source == processor.encode(en[0]) + [EOS]
+    assert target_in == [BOS] + processor.encode(de[0])
+    assert target_out == processor.encode(de[0]) + [EOS]
+    expected_tokens = sum(len(processor.encode(s)) + 1 for s in en)
+    assert val_prepared.report.source_tokens == expected_tokens
+
+
+def test_drop_policy_counts(tokenizer, processor, multi30k_val):
+    en, de = multi30k_val
+    max_length = 16
+    keep = [len(processor.encode(a)) + 1 <= max_length and len(processor.encode(b)) + 1 <= max_length for a, b in zip(en, de)]
+    prepared = prepare_pairs(en, de, tokenizer, max_length=max_length, length_policy="drop")
+    assert prepared.report.dropped == keep.count(False) > 0
+    assert prepared.report.kept == len(prepared) == keep.count(True)
+    kept_en = [a for a, k in zip(en, keep) if k]
+    assert prepared.source_ids.to_list()[:5] == [processor.encode(a) + [EOS] for a in kept_en[:5]]
+    assert max(prepared.target_ids.row_lengths().numpy()) <= max_length
+
+
+def test_truncation_keeps_eos_last(tokenizer, processor, multi30k_val):
+    en, de = multi30k_val
+    max_length = 12
+    prepared = prepare_pairs(en, de, tokenizer, max_length=max_length, length_policy="truncate")
+    report = prepared.report
+    long_src = sum(len(processor.encode(a)) > max_length - 1 for a in en)
+    long_tgt = sum(len(processor.encode(b)) > max_length - 1 for b in de)
+    either = sum(len(processor.encode(a)) > max_length - 1 or len(processor.encode(b)) > max_length - 1 for a, b in zip(en, de))
+    assert (report.truncated_source, report.truncated_target, report.truncated) == (long_src, long_tgt, either)
+    assert report.kept == len(en) and report.dropped == 0 and long_tgt > 0
+    for i, row in enumerate(prepared.target_ids.to_list()):
+        assert row[-1] == EOS and EOS not in row[:-1] and len(row) <= max_length
+        assert row[:-1] == processor.encode(de[i])[: max_length - 1]
+    for (source, target_in), target_out in make_dataset(prepared, batch_tokens=120, shuffle=False):
+        for ids in (source.numpy(), target_out.numpy()):
+            for row in _rows(ids):
+                assert row[-1] == EOS
+        assert (target_in.numpy()[:, 0] == BOS).all()
+
+
+def _epoch_pairs(dataset):
+    pairs = []
+    for (source, target_in), target_out in dataset:
+        src_rows, in_rows, out_rows = _rows(source.numpy()), _rows(target_in.numpy()), _rows(target_out.numpy())
+        for s, ti, to in zip(src_rows, in_rows, out_rows):
+            assert ti == (BOS,) + to[:-1]
+            pairs.append((s, to))
+    return pairs
+
+
+def test_token_batches_respect_budget_and_yield_every_pair_once(val_prepared):
+    expected = collections.Counter(
+        zip(map(tuple, val_prepared.source_ids.to_list()), map(tuple, val_prepared.target_ids.to_list()))
+    )
+    widths = bucket_widths(int(max(val_prepared.source_ids.row_lengths().numpy().max(),
+                                   val_prepared.target_ids.row_lengths().numpy().max())))
+    dataset = make_dataset(val_prepared, batch_tokens=256, seed=1)
+    orders = []
+    for _ in range(2):  # two epochs: each complete, reshuffled
+        batches = list(dataset)
+        for (source, target_in), target_out in batches:
+            b, s = source.shape
+            t = target_out.shape[1]
+            assert source.dtype == target_in.dtype == target_out.dtype == tf.int32
+            assert target_in.shape == target_out.shape
+            assert b * max(s, t) <= 256
+            assert s in widths and t in widths  # bounded set of padded widths
+        pairs = _epoch_pairs(batches)
+        assert collections.Counter(pairs) == expected
+        orders.append(pairs)
+    assert orders[0] != orders[1]
+
+
+def test_fixed_batches_yield_every_pair_once(val_prepared):
+    expected = collections.Counter(
+        zip(map(tuple, val_prepared.source_ids.to_list()), map(tuple, val_prepared.target_ids.to_list()))
+    )
+    dataset = make_dataset(val_prepared, batch_size=64, padding="batch")
+    sizes = [int(s.shape[0]) for (s, _), _ in dataset]
+    assert sizes == [64] * 15 + [1014 - 15 * 64]
+    assert collections.Counter(_epoch_pairs(dataset)) == expected
+    ordered = _epoch_pairs(make_dataset(val_prepared, batch_size=100, shuffle=False))
+    assert ordered == list(zip(map(tuple, val_prepared.source_ids.to_list()), map(tuple, val_prepared.target_ids.to_list())))
+
+
+def test_seeded_order_is_deterministic(val_prepared):
+    def first_batches(seed):
+        return [b[1].numpy().tolist() for b in make_dataset(val_prepared, batch_tokens=512, seed=seed).take(3)]
+
+    assert first_batches(7) == first_batches(7)
+    assert first_batches(7) != first_batches(8)
+
+
+def test_bucket_widths_and_count_real_tokens():
+    assert bucket_widths(32) == [8, 9, 10, 11, 13, 15, 17, 19, 21, 24, 27, 30, 32]
+    assert bucket_widths(5) == [5]
+    assert bucket_widths(5, min_width=2) == [2, 3, 4, 5]
+    assert int(count_real_tokens(tf.constant([[5, 3, 0, 0], [2, 7, 9, 3]]))) == 6
+    with pytest.raises(ValueError, match="growth"):
+        bucket_widths(32, growth=1.0)
+
+
+def test_statistics_by_hand():
+    batch = ((tf.constant([[5, 3, 0], [4, 4, 3]]), tf.constant([[2, 6, 0, 0], [2, 1, 1, 1]])),
+             tf.constant([[6, 3, 0, 0], [1, 1, 1, 3]]))
+    stats = dataset_statistics(tf.data.Dataset.from_tensors(batch))
+    assert (stats["sentences"], stats["source_tokens"], stats["target_tokens"]) == (2, 5, 6)
+    assert (stats["source_slots"], stats["target_slots"], stats["max_batch_tokens"]) == (6, 8, 8)
+    assert stats["padding_fraction"] == pytest.approx(1 - 11 / 14)
+
+
+def test_bad_arguments(val_prepared, tokenizer):
+    with pytest.raises(ValueError, match="exactly one"):
+        make_dataset(val_prepared, batch_tokens=256, batch_size=8)
+    with pytest.raises(ValueError, match="exactly one"):
+        make_dataset(val_prepared)
+    with pytest.raises(ValueError, match="batch_tokens=10"):
+        make_dataset(val_prepared, batch_tokens=10)
+    with pytest.raises(ValueError, match="padding"):
+        make_dataset(val_prepared, batch_size=8, padding="max")
+    with pytest.raises(ValueError, match="longest"):
+        make_dataset(val_prepared, batch_size=8, widths=[4, 8])
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        prepare_pairs(["a", "b"], ["c"], tokenizer, max_length=8)
+    with pytest.raises(ValueError, match="length_policy"):
+        prepare_pairs(["a"], ["c"], tokenizer, max_length=8, length_policy="cut")
+    with pytest.raises(ValueError, match="max_length"):
+        prepare_pairs(["a"], ["c"], tokenizer, max_length=1)
