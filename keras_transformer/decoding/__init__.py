@@ -1,0 +1,22 @@
+"""Decoding: greedy and beam search (Section 6.1) and the string-to-string Translator.
+
+``search`` depends on TensorFlow only; ``Translator`` is imported lazily so that
+importing the searches never needs the model or tokenizer modules.
+"""
+
+from keras_transformer.decoding.search import (
+    beam_search,
+    greedy_search,
+    length_penalty_factor,
+    tile_for_beam,
+)
+
+__all__ = ["beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator"]
+
+
+def __getattr__(name):
+    if name == "Translator":
+        from keras_transformer.decoding.translator import Translator
+
+        return Translator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

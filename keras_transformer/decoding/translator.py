@@ -1,0 +1,277 @@
+"""Translator: strings -> subword ids -> encoder -> search -> strings, all in-graph.
+
+A ``tf.Module`` whose ``tf.function``s take a ``[None]`` ``tf.string`` batch
+(``input_signature=[tf.TensorSpec([None], tf.string)]``), so that the same object
+translates in Python and is exported as a SavedModel for TF Serving
+(:func:`keras_transformer.export.export_saved_model`). Tokenization uses
+``tensorflow_text`` ops; the encoder and the search (greedy or beam, Section 6.1)
+can be compiled with XLA (``jit_compile=True``): they run in an inner
+``tf.function(jit_compile=True)`` while the string ops stay outside it (they
+have no XLA kernels).
+
+Decisions:
+
+* Source ids are ``pieces + [EOS]`` (package contract), 0-padded on the right.
+* **Over-long sources.** A source with more than ``max_length - 1`` pieces is
+  truncated to its first ``max_length - 1`` pieces (the model cannot attend
+  beyond ``max_length`` positions); this is *never silent*: every signature
+  returns ``truncated`` (``[B]`` bool, True for such sentences), and the
+  translation is the one of the truncated source.
+* **Maximum output length** per sentence = source length (tokens, EOS included)
+  + ``extra_decode_length`` (50 in Section 6.1), capped by ``max_length``; the
+  output includes EOS. EOS is forced when the limit is reached.
+* **Empty / whitespace-only input** (no pieces) is not sent through the model's
+  answer: its translation is ``""``, its score ``0.0``, its ids all 0.
+* ``scores`` are the beam-search scores ``log P(Y|X) / lp(Y)`` (Wu et al. 2016
+  length penalty; ``log P`` when ``length_penalty == 0``), float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from keras_transformer.decoding.search import beam_search, greedy_search
+
+__all__ = ["Translator"]
+
+_STRINGS = [tf.TensorSpec([None], tf.string, name="sentences")]
+
+
+class Translator(tf.Module):
+    """Translates a batch of sentences with a trained Transformer (Section 6.1).
+
+    Args:
+        model: a ``keras_transformer.Transformer`` (or any object with
+            ``encode(source_ids, training)``, ``init_cache(encoder_outputs,
+            source_ids, max_length)`` and ``decode_step(step_ids, step, cache)``
+            following the package contract).
+        tokenizer: a ``keras_transformer.data.tokenizer.SubwordTokenizer`` (the
+            shared vocabulary the model was trained with).
+        max_length: longest source (pieces + EOS) and longest output (tokens +
+            EOS), Python int >= 2; at most the model's ``max_length``.
+        extra_decode_length: maximum output length = source length + this
+            (50 in Section 6.1), Python int >= 0.
+        beam_size: beams per sentence (4 in Section 6.1), Python int >= 1.
+        length_penalty: alpha of Wu et al. (2016) (0.6 in Section 6.1), >= 0.
+        jit_compile: compile encoder + search with XLA.
+        name: module name.
+
+    Raises:
+        ValueError: naming the argument, for a non-positive or non-int size, a
+            negative length penalty, a ``max_length`` larger than the model's, or
+            a tokenizer vocabulary larger than the model's.
+
+    Example:
+
+    >>> translator = Translator(model, tokenizer, max_length=128)    # doctest: +SKIP
+    >>> out = translator.translate(tf.constant(["A dog runs."]))     # doctest: +SKIP
+    >>> out["translations"], out["scores"], out["truncated"]         # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_length: int,
+        extra_decode_length: int = 50,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        jit_compile: bool = False,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        for arg, value, minimum in (
+            ("max_length", max_length, 2),
+            ("extra_decode_length", extra_decode_length, 0),
+            ("beam_size", beam_size, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"Translator {arg} must be an int >= {minimum}, got {value!r}")
+        if float(length_penalty) < 0:
+            raise ValueError(f"Translator length_penalty must be >= 0, got {length_penalty!r}")
+        model_max_length = getattr(model, "max_length", None)
+        if isinstance(model_max_length, int) and max_length > model_max_length:
+            raise ValueError(
+                f"Translator max_length ({max_length}) exceeds the model's max_length ({model_max_length})"
+            )
+        model_vocab = getattr(model, "vocab_size", None)
+        if isinstance(model_vocab, int) and tokenizer.vocab_size > model_vocab:
+            raise ValueError(
+                f"tokenizer vocab_size ({tokenizer.vocab_size}) exceeds the model's vocab_size ({model_vocab})"
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.extra_decode_length = extra_decode_length
+        self.beam_size = beam_size
+        self.length_penalty = float(length_penalty)
+        self.jit_compile = bool(jit_compile)
+        self.bos_id = int(tokenizer.bos_id)
+        self.eos_id = int(tokenizer.eos_id)
+        # Inner numeric functions (XLA-compilable): ids in, ids out.
+        self._beam_core = tf.function(self._beam_search_ids, jit_compile=self.jit_compile, reduce_retracing=True)
+        self._greedy_core = tf.function(self._greedy_search_ids, jit_compile=self.jit_compile, reduce_retracing=True)
+
+    def get_config(self) -> dict[str, Any]:
+        """The decoding settings (JSON-serializable), recorded by the export."""
+        return {
+            "max_length": self.max_length,
+            "extra_decode_length": self.extra_decode_length,
+            "beam_size": self.beam_size,
+            "length_penalty": self.length_penalty,
+            "jit_compile": self.jit_compile,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
+
+    # -- numeric core (inside XLA when jit_compile) ------------------------------------
+    def _symbols_to_logits_fn(self, step_ids, step, cache):
+        logits, cache = self.model.decode_step(step_ids, step, cache)
+        return tf.cast(logits, tf.float32), cache
+
+    def _start(self, source_ids):
+        encoder_outputs = self.model.encode(source_ids, training=False)
+        cache = self.model.init_cache(encoder_outputs, source_ids, self.max_length)
+        initial_ids = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.bos_id, tf.int32))
+        return initial_ids, cache
+
+    def _beam_search_ids(self, source_ids, max_decode_lengths):
+        initial_ids, cache = self._start(source_ids)
+        return beam_search(
+            self._symbols_to_logits_fn,
+            initial_ids,
+            cache,
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            max_length=self.max_length,
+            eos_id=self.eos_id,
+            max_decode_lengths=max_decode_lengths,
+        )
+
+    def _greedy_search_ids(self, source_ids, max_decode_lengths):
+        initial_ids, cache = self._start(source_ids)
+        return greedy_search(
+            self._symbols_to_logits_fn,
+            initial_ids,
+            cache,
+            max_length=self.max_length,
+            eos_id=self.eos_id,
+            max_decode_lengths=max_decode_lengths,
+        )
+
+    # -- string handling (plain TF + tensorflow-text ops) -------------------------------
+    def source_ids(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Tokenizes a batch into model inputs.
+
+        Args:
+            sentences: ``[B]`` ``tf.string``.
+
+        Returns:
+            dict with ``source_ids`` int32 [B, S] (pieces + EOS, 0-padded,
+            ``S <= max_length``), ``max_decode_lengths`` int32 [B] (source
+            length + extra_decode_length, capped by max_length), ``truncated``
+            bool [B] (more than ``max_length - 1`` pieces) and ``empty`` bool [B]
+            (no pieces).
+        """
+        pieces = self.tokenizer.tokenize(sentences)
+        pieces = tf.cast(pieces, tf.int32)
+        num_pieces = tf.cast(pieces.row_lengths(), tf.int32)
+        keep = self.max_length - 1
+        truncated = num_pieces > keep
+        pieces = pieces[:, :keep]
+        batch_size = tf.shape(num_pieces)[0]
+        eos = tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.constant(self.eos_id, tf.int32)))
+        source = tf.concat([pieces, eos], axis=1).to_tensor(default_value=0)
+        source_lengths = tf.minimum(num_pieces, keep) + 1
+        max_decode_lengths = tf.minimum(source_lengths + self.extra_decode_length, self.max_length)
+        return {
+            "source_ids": source,
+            "max_decode_lengths": max_decode_lengths,
+            "truncated": truncated,
+            "empty": tf.equal(num_pieces, 0),
+        }
+
+    # -- public tf.functions (exported signatures) --------------------------------------
+    @tf.function(input_signature=_STRINGS)
+    def translate(self, sentences):
+        """Beam search translation (Section 6.1).
+
+        Args:
+            sentences: ``[B]`` ``tf.string``.
+
+        Returns:
+            dict: ``translations`` [B] tf.string (best hypothesis),
+            ``scores`` [B] float32 (its ``log P / lp``; 0 for empty input),
+            ``truncated`` [B] bool (source cut to ``max_length - 1`` pieces).
+        """
+        out = self.translate_ids(sentences)
+        ids = out["output_ids"][:, 0, :]
+        return {
+            "translations": self.tokenizer.detokenize(ids),
+            "scores": out["scores"][:, 0],
+            "truncated": out["truncated"],
+        }
+
+    @tf.function(input_signature=_STRINGS)
+    def translate_greedy(self, sentences):
+        """Greedy translation (beam size 1 without a finished set).
+
+        Args:
+            sentences: ``[B]`` ``tf.string``.
+
+        Returns:
+            dict: ``translations`` [B] tf.string, ``output_ids`` int32
+            [B, max_length] (EOS kept, 0 after), ``truncated`` [B] bool.
+        """
+        inputs = self.source_ids(sentences)
+        ids = self._greedy_core(inputs["source_ids"], inputs["max_decode_lengths"])
+        ids = tf.where(inputs["empty"][:, None], tf.zeros_like(ids), ids)
+        return {
+            "translations": self.tokenizer.detokenize(ids),
+            "output_ids": ids,
+            "truncated": inputs["truncated"],
+        }
+
+    @tf.function(input_signature=_STRINGS)
+    def translate_ids(self, sentences):
+        """Beam search returning token ids of every beam (n-best lists).
+
+        Args:
+            sentences: ``[B]`` ``tf.string``.
+
+        Returns:
+            dict: ``source_ids`` int32 [B, S]; ``output_ids`` int32
+            [B, beam_size, max_length] best first (no BOS, EOS kept, 0 after;
+            all 0 for empty input); ``scores`` float32 [B, beam_size]
+            (``-inf`` for a beam slot without any hypothesis, 0 for empty
+            input); ``truncated`` bool [B].
+        """
+        inputs = self.source_ids(sentences)
+        ids, scores = self._beam_core(inputs["source_ids"], inputs["max_decode_lengths"])
+        empty = inputs["empty"]
+        ids = tf.where(empty[:, None, None], tf.zeros_like(ids), ids)
+        scores = tf.where(empty[:, None], tf.zeros_like(scores), scores)
+        return {
+            "source_ids": inputs["source_ids"],
+            "output_ids": ids,
+            "scores": scores,
+            "truncated": inputs["truncated"],
+        }
+
+    # -- Python convenience ------------------------------------------------------------
+    def __call__(self, sentences: Any, greedy: bool = False) -> list[str]:
+        """Translates Python strings (list or one str) and returns Python strings.
+
+        Raises:
+            ValueError: if ``sentences`` is not a str or a list/tuple of str.
+        """
+        single = isinstance(sentences, str)
+        batch = [sentences] if single else sentences
+        if not isinstance(batch, (list, tuple)) or not all(isinstance(s, str) for s in batch):
+            raise ValueError("Translator expects a str or a list of str")
+        fn = self.translate_greedy if greedy else self.translate
+        out = fn(tf.constant(list(batch), tf.string))["translations"].numpy()
+        texts = [t.decode("utf-8") for t in out]
+        return texts[0] if single else texts

@@ -1,0 +1,231 @@
+"""SavedModel export of a :class:`~keras_transformer.decoding.Translator` for TF Serving.
+
+Layout written by :func:`export_saved_model` (the TF Serving convention: one
+numeric folder per servable version)::
+
+    <export_dir>/<version>/
+        saved_model.pb
+        variables/...
+        assets/sentencepiece.model          tf.saved_model.Asset: the shared vocabulary
+        assets.extra/export_config.json     decoding + model config, XLA flag, signatures
+
+Signatures (all take ``sentences``: ``[None]`` ``tf.string``):
+
+==================  =============================================================
+``serving_default``  beam search: ``translations`` [B] string, ``scores`` [B]
+                     float32, ``truncated`` [B] bool
+``beam_search``      the same function as ``serving_default``
+``greedy``           ``translations`` [B] string, ``output_ids`` [B, L] int32,
+                     ``truncated`` [B] bool
+``token_ids``        n-best ids: ``source_ids`` [B, S] int32, ``output_ids``
+                     [B, beam, L] int32, ``scores`` [B, beam] float32,
+                     ``truncated`` [B] bool
+==================  =============================================================
+
+The graph holds only TensorFlow core and tensorflow-text ops (tokenization is
+in-graph; no ``PyFunc``), so a server or a Python process needs nothing but
+``tensorflow`` and ``tensorflow_text`` to load it. When the translator was built
+with ``jit_compile=True`` the encoder + search run in an XLA-compiled function
+(``_XlaMustCompile``); ``export_config.json`` records ``"xla_compiled": true``
+and TF Serving must then run with ``--xla_cpu_compilation_enabled=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any
+
+import tensorflow as tf
+
+__all__ = ["export_saved_model", "find_python_ops", "SIGNATURES", "CONFIG_FILENAME", "VOCAB_ASSET_NAME"]
+
+#: Signature name -> Translator method.
+SIGNATURES = {
+    "serving_default": "translate",
+    "beam_search": "translate",
+    "greedy": "translate_greedy",
+    "token_ids": "translate_ids",
+}
+#: File written in ``assets.extra/``.
+CONFIG_FILENAME = "export_config.json"
+#: File name of the SentencePiece model in ``assets/``.
+VOCAB_ASSET_NAME = "sentencepiece.model"
+#: Ops that call back into Python and cannot run in TF Serving.
+_PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+class _ExportModule(tf.Module):
+    """Root object of the SavedModel: the translator, its functions and the vocabulary asset."""
+
+    def __init__(self, translator: Any, vocab_path: str):
+        super().__init__(name="keras_transformer_translator")
+        self.translator = translator
+        self.translate = translator.translate
+        self.translate_greedy = translator.translate_greedy
+        self.translate_ids = translator.translate_ids
+        self.sentencepiece_model = tf.saved_model.Asset(vocab_path)
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` if JSON-serializable, else its ``repr`` (recursively for containers)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def find_python_ops(saved_model_dir: str | os.PathLike) -> list[str]:
+    """Names of Python-callback ops (``PyFunc``, ``EagerPyFunc``...) in a SavedModel.
+
+    Scans every meta graph's nodes and every function of its library.
+
+    Args:
+        saved_model_dir: folder holding ``saved_model.pb``.
+
+    Returns:
+        ``list[str]`` of ``"<function or graph>/<node>:<op>"``; empty when the
+        graph only uses ops that a server can run.
+
+    Raises:
+        ValueError: if there is no ``saved_model.pb`` in ``saved_model_dir``.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    if not os.path.isfile(path):
+        raise ValueError(f"no saved_model.pb in {saved_model_dir}")
+    proto = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    found = []
+    for meta_graph in proto.meta_graphs:
+        graph = meta_graph.graph_def
+        found += [f"graph/{n.name}:{n.op}" for n in graph.node if n.op in _PYTHON_OPS]
+        for function in graph.library.function:
+            found += [
+                f"{function.signature.name}/{n.name}:{n.op}" for n in function.node_def if n.op in _PYTHON_OPS
+            ]
+    return found
+
+
+def _signature_summary(concrete_functions: dict[str, Any]) -> dict[str, Any]:
+    summary = {}
+    for name, fn in concrete_functions.items():
+        outputs = fn.structured_outputs
+        summary[name] = {
+            "inputs": {"sentences": {"dtype": "string", "shape": [None]}},
+            "outputs": {
+                key: {"dtype": t.dtype.name, "shape": t.shape.as_list() if t.shape.rank is not None else None}
+                for key, t in sorted(outputs.items())
+            },
+        }
+    return summary
+
+
+def export_saved_model(
+    translator: Any,
+    export_dir: str | os.PathLike,
+    version: int = 1,
+    overwrite: bool = False,
+) -> str:
+    """Writes ``translator`` as a TF Serving SavedModel ``<export_dir>/<version>/``.
+
+    The version folder is first written under a hidden temporary name inside
+    ``export_dir`` and renamed when complete, so a running TF Serving (which
+    polls ``export_dir`` for numeric folders) never loads a half-written model.
+
+    Args:
+        translator: a :class:`keras_transformer.decoding.Translator`.
+        export_dir: the model base path (TF Serving's ``base_path``); created if
+            missing.
+        version: servable version, Python int >= 0 (TF Serving serves the
+            highest by default).
+        overwrite: replace an existing ``<export_dir>/<version>/``.
+
+    Returns:
+        The path of the version folder (``str``).
+
+    Raises:
+        ValueError: for a bad ``version``, an existing version folder without
+            ``overwrite``, or a graph that contains Python-callback ops (which
+            TF Serving cannot run; nothing is left on disk then).
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"version must be an int >= 0, got {version!r}")
+    export_dir = os.path.abspath(os.fspath(export_dir))
+    final_path = os.path.join(export_dir, str(version))
+    if os.path.exists(final_path) and not overwrite:
+        raise ValueError(f"export version folder already exists: {final_path} (pass overwrite=True to replace it)")
+    os.makedirs(export_dir, exist_ok=True)
+
+    tmp_path = os.path.join(export_dir, f".tmp-{version}-{uuid.uuid4().hex}")
+    with tempfile.TemporaryDirectory() as vocab_dir:
+        vocab_path = os.path.join(vocab_dir, VOCAB_ASSET_NAME)
+        with open(vocab_path, "wb") as f:
+            f.write(translator.tokenizer.model_bytes)
+        root = _ExportModule(translator, vocab_path)
+        concrete = {
+            name: getattr(translator, method).get_concrete_function() for name, method in SIGNATURES.items()
+        }
+        try:
+            tf.saved_model.save(root, tmp_path, signatures=concrete)
+            python_ops = find_python_ops(tmp_path)
+            if python_ops:
+                raise ValueError(
+                    "the exported graph calls back into Python, which TF Serving cannot run: "
+                    + ", ".join(python_ops[:10])
+                )
+            _write_config(tmp_path, translator, version, concrete)
+        except BaseException:
+            shutil.rmtree(tmp_path, ignore_errors=True)
+            raise
+
+    if os.path.exists(final_path):
+        shutil.rmtree(final_path)
+    os.rename(tmp_path, final_path)
+    return final_path
+
+
+def _write_config(path: str, translator: Any, version: int, concrete: dict[str, Any]) -> None:
+    import tensorflow_text
+
+    model = translator.model
+    try:
+        model_config = model.get_config()
+    except Exception:  # not every contract-following model has a config
+        model_config = None
+    tokenizer = translator.tokenizer
+    xla = bool(translator.jit_compile)
+    record = {
+        "format": "keras_transformer.export/1",
+        "version": version,
+        "xla_compiled": xla,
+        "serving_flags": ["--xla_cpu_compilation_enabled=true"] if xla else [],
+        "decoding": _json_safe(translator.get_config()),
+        "model_class": f"{type(model).__module__}.{type(model).__name__}",
+        "model_config": _json_safe(model_config),
+        "tokenizer": {
+            "asset": f"assets/{VOCAB_ASSET_NAME}",
+            "vocab_size": int(tokenizer.vocab_size),
+            "sha256": getattr(tokenizer, "vocab_sha256", None),
+            "pad_id": int(tokenizer.pad_id),
+            "bos_id": int(tokenizer.bos_id),
+            "eos_id": int(tokenizer.eos_id),
+        },
+        "signatures": _signature_summary(concrete),
+        "tensorflow_version": tf.__version__,
+        "tensorflow_text_version": getattr(tensorflow_text, "__version__", None),
+    }
+    extra = os.path.join(path, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with open(os.path.join(extra, CONFIG_FILENAME), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)

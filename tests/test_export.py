@@ -1,0 +1,216 @@
+"""Export tests: TF Serving layout, assets, no Python ops, reload in a fresh process.
+
+The reload runs in a NEW Python process that imports only ``tensorflow`` and
+``tensorflow_text`` (as TF Serving or a client would), and its translations
+must equal the in-process Translator's.
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+import tensorflow as tf
+
+from keras_transformer.config import get_preset
+from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+from keras_transformer.decoding import Translator
+from keras_transformer.export import export_saved_model, find_python_ops
+from keras_transformer.model import Transformer
+
+SENTENCES = ["A dog runs in the park.", "", "Zwei Männer spielen Fußball."]
+
+
+def read_lines(path, n):
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(multi30k_dir, tmp_path_factory):
+    lines = read_lines(multi30k_dir / "train.en", 1000) + read_lines(multi30k_dir / "train.de", 1000)
+    path = train_sentencepiece(lines, tmp_path_factory.mktemp("spm"), vocab_size=300)
+    # Seed before creating the tokenizer (tf.random.set_seed clears the kernel
+    # cache that owns tensorflow_text's SentencePiece resource).
+    keras.utils.set_random_seed(7)
+    return SubwordTokenizer(path)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    config = get_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=32, num_layers=1)
+    model = Transformer(**config.model_kwargs())
+    model((tf.constant([[5, 6, 3]]), tf.constant([[2, 7]])))
+    return model
+
+
+@pytest.fixture(scope="module")
+def exported(model, tokenizer, tmp_path_factory):
+    """Version 1: plain graph; version 2: XLA-compiled search."""
+    base = tmp_path_factory.mktemp("export") / "translator"
+    plain = Translator(model, tokenizer, max_length=20, extra_decode_length=5, beam_size=2)
+    xla = Translator(model, tokenizer, max_length=20, extra_decode_length=5, beam_size=2, jit_compile=True)
+    paths = {1: export_saved_model(plain, base, version=1), 2: export_saved_model(xla, base, version=2)}
+    return base, paths, plain
+
+
+def test_layout_assets_and_config(exported, tokenizer):
+    base, paths, _ = exported
+    assert paths[1] == os.path.join(str(base), "1")
+    assert sorted(os.listdir(base)) == ["1", "2"]  # no temporary folder left
+    for version, path in paths.items():
+        assert os.path.isfile(os.path.join(path, "saved_model.pb"))
+        assert os.path.isdir(os.path.join(path, "variables"))
+        with open(os.path.join(path, "assets", "sentencepiece.model"), "rb") as f:
+            assert f.read() == tokenizer.model_bytes
+        with open(os.path.join(path, "assets.extra", "export_config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+        assert config["version"] == version
+        assert config["xla_compiled"] is (version == 2)
+        assert config["decoding"]["beam_size"] == 2 and config["decoding"]["max_length"] == 20
+        assert config["model_config"]["vocab_size"] == tokenizer.vocab_size
+        assert config["tokenizer"]["sha256"] == tokenizer.vocab_sha256
+        assert set(config["signatures"]) == {"serving_default", "beam_search", "greedy", "token_ids"}
+        assert set(config["signatures"]["serving_default"]["outputs"]) == {"translations", "scores", "truncated"}
+
+
+def test_no_python_ops_and_xla_marker(exported):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    _, paths, _ = exported
+    for version, path in paths.items():
+        assert find_python_ops(path) == []
+        proto = saved_model_pb2.SavedModel()
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            proto.ParseFromString(f.read())
+        library = proto.meta_graphs[0].graph_def.library.function
+        xla = any(fn.attr["_XlaMustCompile"].b for fn in library if "_XlaMustCompile" in fn.attr)
+        assert xla is (version == 2)
+
+
+def test_find_python_ops_detects_py_function(tmp_path):
+    module = tf.Module()
+    module.f = tf.function(lambda x: tf.py_function(lambda y: y + 1, [x], tf.float32),
+                           input_signature=[tf.TensorSpec([], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path))
+    assert any("EagerPyFunc" in op for op in find_python_ops(tmp_path))
+
+
+def test_existing_version_is_not_overwritten(exported):
+    base, _, plain = exported
+    with pytest.raises(ValueError, match="already exists"):
+        export_saved_model(plain, base, version=1)
+    with pytest.raises(ValueError, match="version"):
+        export_saved_model(plain, base, version=-1)
+
+
+RELOAD_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+    results = {}
+    for path in sys.argv[2:]:
+        loaded = tf.saved_model.load(path)
+        sentences = tf.constant(json.loads(sys.argv[1]))
+        out = loaded.signatures["serving_default"](sentences=sentences)
+        results[path] = {
+            "signatures": sorted(loaded.signatures),
+            "translations": [t.decode("utf-8") for t in out["translations"].numpy()],
+            "scores": out["scores"].numpy().tolist(),
+            "truncated": out["truncated"].numpy().tolist(),
+        }
+        if path == sys.argv[2]:  # the other signatures once (the XLA model is slower to start)
+            greedy = loaded.signatures["greedy"](sentences=sentences)
+            ids = loaded.signatures["token_ids"](sentences=sentences)
+            results[path]["greedy"] = [t.decode("utf-8") for t in greedy["translations"].numpy()]
+            results[path]["output_ids_shape"] = ids["output_ids"].shape.as_list()
+    results["modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "keras_transformer")
+    print("RESULT" + json.dumps(results))
+    """
+)
+
+
+def test_reload_in_fresh_process_translates(exported):
+    _, paths, plain = exported
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("KERAS_BACKEND", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", RELOAD_SCRIPT, json.dumps(SENTENCES), paths[1], paths[2]],
+        capture_output=True, text=True, env=env, timeout=300, cwd="/",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")][-1]
+    results = json.loads(line[len("RESULT"):])
+    assert results["modules"] == []  # keras_transformer was not needed (tensorflow itself imports keras)
+    expected = plain.translate(tf.constant(SENTENCES))
+    expected_greedy = plain.translate_greedy(tf.constant(SENTENCES))
+    for path in (paths[1], paths[2]):
+        got = results[path]
+        assert got["signatures"] == ["beam_search", "greedy", "serving_default", "token_ids"]
+        assert got["translations"] == [t.decode("utf-8") for t in expected["translations"].numpy()]
+        assert got["translations"][1] == ""  # empty input
+        assert got["truncated"] == [False, False, False]
+        for a, b in zip(got["scores"], expected["scores"].numpy().tolist()):
+            assert abs(a - b) < 1e-3
+    assert results[paths[1]]["greedy"] == [t.decode("utf-8") for t in expected_greedy["translations"].numpy()]
+    assert results[paths[1]]["output_ids_shape"] == [3, 2, 20]
+
+
+def load_client():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "serving", "client.py")
+    spec = importlib.util.spec_from_file_location("serving_client", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rest_client_against_fake_server(exported):
+    """serving/client.py speaks TF Serving's columnar REST format (fake server, real translator)."""
+    import http.server
+    import threading
+
+    _, _, plain = exported
+    seen = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen["path"], seen["body"] = self.path, body
+            out = plain.translate(tf.constant(body["inputs"]["sentences"]))
+            reply = {"outputs": {
+                "translations": [t.decode("utf-8") for t in out["translations"].numpy()],
+                "scores": out["scores"].numpy().tolist(),
+                "truncated": out["truncated"].numpy().tolist(),
+            }}
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = load_client()
+        url = f"http://127.0.0.1:{server.server_port}"
+        got = client.translate(SENTENCES, url=url, version=2)
+    finally:
+        server.shutdown()
+    assert seen["path"] == "/v1/models/translator/versions/2:predict"
+    assert seen["body"] == {"signature_name": "serving_default", "inputs": {"sentences": SENTENCES}}
+    assert got == [t.decode("utf-8") for t in plain.translate(tf.constant(SENTENCES))["translations"].numpy()]
+    with pytest.raises(ValueError, match="list of str"):
+        client.predict("not a list", url=url)
