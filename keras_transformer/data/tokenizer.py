@@ -441,7 +441,7 @@ class SubwordTokenizer(tf.Module):
             ``tf.RaggedTensor`` ``[B, None]`` ``int32``.
         """
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
-        return self._tokenizer.tokenize(strings)
+        return self._eager_retry(lambda: self._tokenizer.tokenize(strings))
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Ids -> strings, dropping pad/BOS/EOS and everything after the first EOS.
@@ -459,7 +459,24 @@ class SubwordTokenizer(tf.Module):
         before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=-1), 0)
         keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
         keep &= (ids >= 0) & (ids < self._vocab_size)
-        return self._tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
+        kept = tf.ragged.boolean_mask(ids, keep)
+        return self._eager_retry(lambda: self._tokenizer.detokenize(kept))
+
+    def _eager_retry(self, op):
+        """Runs ``op``; eagerly, rebuilds the SentencePiece resource once if it is gone.
+
+        tensorflow_text's SentencePiece resource is owned by a kernel in the
+        eager kernel cache, which ``tf.random.set_seed`` (and
+        ``keras.utils.set_random_seed``) clears. Eager calls recover here;
+        seed before tracing ``tf.function``s that capture the tokenizer.
+        """
+        try:
+            return op()
+        except tf.errors.NotFoundError:
+            if not tf.executing_eagerly():
+                raise
+            self._tokenizer = tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.int32)
+            return op()
 
     def id_to_piece(self, ids: tf.Tensor) -> tf.Tensor:
         """Ids -> their pieces (e.g. ``"▁dog"``), same shape, ``tf.string``."""

@@ -115,3 +115,13 @@ def test_rejects_model_with_other_ids(multi30k_val, tmp_path):
     )  # sentencepiece defaults: unk=0, bos=1, eos=2, no pad
     with pytest.raises(ValueError, match="pad/unk/bos/eos"):
         SubwordTokenizer(buffer.getvalue())
+
+
+def test_survives_seeding_after_construction(tokenizer_model):
+    # tf.random.set_seed clears the eager kernel cache that owns tensorflow_text's resource.
+    tokenizer = SubwordTokenizer(tokenizer_model)
+    before = tokenizer.tokenize(["A dog runs on the beach."]).to_list()
+    tf.random.set_seed(1)
+    after = tokenizer.tokenize(["A dog runs on the beach."])
+    assert after.to_list() == before
+    assert tokenizer.detokenize(after).numpy()[0].decode() == "A dog runs on the beach."
