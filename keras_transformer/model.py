@@ -1,0 +1,641 @@
+"""The Transformer encoder-decoder (Vaswani et al., 2017, Section 3).
+
+:class:`Encoder` and :class:`Decoder` are stacks of N layers over already
+embedded inputs; :class:`Transformer` adds the embeddings (Sections 3.4-3.5),
+the pre-softmax projection (tied to the embeddings by default) and
+incremental decoding with a static-shape key/value cache.
+
+Cache layout (:meth:`Transformer.init_cache`)::
+
+    {
+        "source_mask": bool [B, S],                       # source ids != 0
+        "layer_0": {
+            "self_key":    [B, max_length, num_heads, depth],  # zeros, written at `step`
+            "self_value":  [B, max_length, num_heads, depth],
+            "cross_key":   [B, S, num_heads, depth],           # projected once
+            "cross_value": [B, S, num_heads, depth],
+        },
+        "layer_1": {...}, ...
+    }
+
+Every leaf has the batch as its leading dimension (beam search can tile or
+gather it with ``tf.nest.map_structure``); float leaves have the model's
+compute dtype.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.encoder_layer import EncoderLayer
+from keras_transformer.layers.positional_embedding import PositionalEmbedding
+
+__all__ = ["Encoder", "Decoder", "Transformer"]
+
+
+def _check_positive_int(owner, name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+
+
+def _check_common(owner, num_layers, d_model, num_heads, dff, dropout_rate):
+    for name, value in (("num_layers", num_layers), ("d_model", d_model), ("num_heads", num_heads), ("dff", dff)):
+        _check_positive_int(owner, name, value)
+    if d_model % num_heads:
+        raise ValueError(f"{owner}: d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+    if not 0.0 <= dropout_rate < 1.0:
+        raise ValueError(f"{owner}: dropout_rate must be in [0, 1), got {dropout_rate!r}")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(keras.layers.Layer):
+    """Stack of N :class:`EncoderLayer` (Section 3.1), over embedded inputs.
+
+    With ``norm_first`` (pre-LN) a final LayerNorm normalizes the output.
+    Self-attention only mixes positions, so without positional encodings the
+    stack is permutation-equivariant.
+
+    Args:
+        num_layers: int, N.
+        d_model: int, model width.
+        num_heads: int, attention heads.
+        dff: int, feed-forward inner width.
+        dropout_rate: float, residual dropout P_drop.
+        norm_first: bool, pre-LN layers plus a final LayerNorm.
+        layer_norm_epsilon: float.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: float tensor ``[batch, S, d_model]`` (embedded source).
+        mask: optional bool ``[batch, S]``, source padding mask (True = real
+            token); filled from the Keras mask of ``inputs`` when omitted.
+        training: bool.
+
+    Returns:
+        Tensor ``[batch, S, d_model]`` of the compute dtype (mask propagated).
+
+    Raises:
+        ValueError: for invalid sizes or rates.
+
+    Example:
+
+    >>> encoder = Encoder(num_layers=2, d_model=16, num_heads=2, dff=32)
+    >>> encoder(np.zeros((2, 5, 16), "float32")).shape
+    TensorShape([2, 5, 16])
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        dropout_rate: float = 0.1,
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _check_common("Encoder", num_layers, d_model, num_heads, dff, dropout_rate)
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.dropout_rate = dropout_rate
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.supports_masking = True
+        self.encoder_layers = [
+            EncoderLayer(
+                d_model,
+                num_heads,
+                dff,
+                dropout_rate=dropout_rate,
+                norm_first=norm_first,
+                layer_norm_epsilon=layer_norm_epsilon,
+                dtype=self.dtype_policy,
+                name=f"encoder_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+            if norm_first
+            else None
+        )
+
+    def build(self, input_shape):
+        shape = (None, None, self.d_model)
+        for layer in self.encoder_layers:
+            layer.build(shape)
+        if self.final_norm is not None:
+            self.final_norm.build(shape)
+        self.built = True
+
+    def call(self, inputs, mask=None, training=None):
+        x = inputs
+        for layer in self.encoder_layers:
+            x = layer(x, mask=mask, training=training)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "dropout_rate": self.dropout_rate,
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(keras.layers.Layer):
+    """Stack of N :class:`DecoderLayer` (Section 3.1), over embedded inputs.
+
+    With ``norm_first`` (pre-LN) a final LayerNorm normalizes the output.
+
+    Args:
+        num_layers: int, N.
+        d_model: int, model width.
+        num_heads: int, attention heads.
+        dff: int, feed-forward inner width.
+        dropout_rate: float, residual dropout P_drop.
+        norm_first: bool, pre-LN layers plus a final LayerNorm.
+        layer_norm_epsilon: float.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: float tensor ``[batch, T, d_model]`` (embedded, shifted
+            target); ``T = 1`` with a cache.
+        encoder_outputs: float tensor ``[batch, S, d_model]`` (None with a
+            cache).
+        padding_mask: optional bool ``[batch, T]`` target padding mask.
+        encoder_padding_mask: optional bool ``[batch, S]`` source padding mask.
+        cache: optional dict ``{"layer_i": {"self_key", "self_value",
+            "cross_key", "cross_value"}}`` from :meth:`init_cache`.
+        cache_index: scalar int, position of the input token (with ``cache``).
+        training: bool.
+
+    Returns:
+        ``outputs`` ``[batch, T, d_model]`` of the compute dtype; with
+        ``cache`` the tuple ``(outputs, new_cache)``.
+
+    Raises:
+        ValueError: for invalid sizes or rates, or a cache without
+            ``cache_index``.
+
+    Example:
+
+    >>> decoder = Decoder(num_layers=2, d_model=16, num_heads=2, dff=32)
+    >>> decoder(np.zeros((2, 4, 16), "float32"), np.zeros((2, 6, 16), "float32")).shape
+    TensorShape([2, 4, 16])
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        dropout_rate: float = 0.1,
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _check_common("Decoder", num_layers, d_model, num_heads, dff, dropout_rate)
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.depth = d_model // num_heads
+        self.dropout_rate = dropout_rate
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.supports_masking = True
+        self.decoder_layers = [
+            DecoderLayer(
+                d_model,
+                num_heads,
+                dff,
+                dropout_rate=dropout_rate,
+                norm_first=norm_first,
+                layer_norm_epsilon=layer_norm_epsilon,
+                dtype=self.dtype_policy,
+                name=f"decoder_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+            if norm_first
+            else None
+        )
+
+    def build(self, input_shape):
+        shape = (None, None, self.d_model)
+        for layer in self.decoder_layers:
+            layer.build(shape)
+        if self.final_norm is not None:
+            self.final_norm.build(shape)
+        self.built = True
+
+    def init_cache(self, encoder_outputs, max_length: int):
+        """Per-layer key/value caches for incremental decoding (Section 3.2.3).
+
+        Args:
+            encoder_outputs: float tensor ``[batch, S, d_model]``.
+            max_length: python int, the number of decoding positions.
+
+        Returns:
+            dict ``{"layer_i": {"self_key", "self_value": zeros [batch,
+            max_length, num_heads, depth]; "cross_key", "cross_value":
+            [batch, S, num_heads, depth]}}`` of the compute dtype.
+
+        Raises:
+            ValueError: if ``max_length`` is not a positive python int.
+        """
+        _check_positive_int("Decoder.init_cache", "max_length", max_length)
+        if not self.built:
+            self.build(encoder_outputs.shape)
+        encoder_outputs = ops.cast(encoder_outputs, self.compute_dtype)
+        batch = ops.shape(encoder_outputs)[0]
+        cache = {}
+        for i, layer in enumerate(self.decoder_layers):
+            cross = layer.cross_attention.compute_key_value(encoder_outputs)
+            zeros = ops.zeros((batch, max_length, self.num_heads, self.depth), dtype=self.compute_dtype)
+            cache[f"layer_{i}"] = {
+                "self_key": zeros,
+                "self_value": zeros,
+                "cross_key": cross["key"],
+                "cross_value": cross["value"],
+            }
+        return cache
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs=None,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        cache=None,
+        cache_index=None,
+        training=None,
+    ):
+        if cache is not None and cache_index is None:
+            raise ValueError("Decoder: a cache needs cache_index (the position of the input token)")
+        x = inputs
+        new_cache = {} if cache is not None else None
+        for i, layer in enumerate(self.decoder_layers):
+            if cache is None:
+                x = layer(
+                    x,
+                    encoder_outputs,
+                    padding_mask=padding_mask,
+                    encoder_padding_mask=encoder_padding_mask,
+                    training=training,
+                )
+                continue
+            layer_cache = cache[f"layer_{i}"]
+            x, self_cache = layer(
+                x,
+                encoder_padding_mask=encoder_padding_mask,
+                self_attention_cache={"key": layer_cache["self_key"], "value": layer_cache["self_value"]},
+                cache_index=cache_index,
+                cross_attention_cache={"key": layer_cache["cross_key"], "value": layer_cache["cross_value"]},
+                training=training,
+            )
+            new_cache[f"layer_{i}"] = {
+                "self_key": self_cache["key"],
+                "self_value": self_cache["value"],
+                "cross_key": layer_cache["cross_key"],
+                "cross_value": layer_cache["cross_value"],
+            }
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x if cache is None else (x, new_cache)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "dropout_rate": self.dropout_rate,
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """The Transformer for machine translation, Section 3 (Figure 1).
+
+    ``source_ids -> PositionalEmbedding -> Encoder``;
+    ``target_in_ids -> PositionalEmbedding -> Decoder(encoder_outputs) ->
+    pre-softmax projection -> logits``. With ``tie_embeddings`` (default,
+    Section 3.4) the source embedding, the target embedding and the
+    pre-softmax projection share one ``[vocab_size, d_model]`` matrix (no
+    output bias, as in the paper); otherwise there are two embeddings and a
+    ``Dense(vocab_size, use_bias=False)`` projection. Logits are float32 even
+    under a mixed-precision policy. The padding masks ``ids != 0`` are built
+    from the ids and propagate as Keras masks inside the model; the logits
+    carry no Keras mask: masking padded targets is the loss's job (e.g.
+    ``SparseCategoricalCrossentropy(ignore_class=0)`` or the project's
+    label-smoothed loss), since a Keras mask on ``y_pred`` would be applied
+    again by ``keras.losses.Loss`` as sample weights, breaking losses that
+    already normalize by the token count.
+
+    Trains with ``model.fit`` on ``((source_ids, target_in_ids),
+    target_out_ids)``. Parameters (tied, vocab 37,000): base 63,082,496, big
+    214,245,376.
+
+    Args:
+        vocab_size: int, shared vocabulary size (0 = padding).
+        num_layers: int, N of the encoder and of the decoder.
+        d_model: int, model width.
+        num_heads: int, attention heads (divides ``d_model``).
+        dff: int, feed-forward inner width.
+        dropout_rate: float, P_drop (Section 5.4).
+        max_length: int, longest sequence; size of the learned position
+            table (sinusoids work for any length).
+        tie_embeddings: bool, three-way weight tying (Section 3.4).
+        norm_first: bool, pre-LN layers with final LayerNorms.
+        learned_positions: bool, learned positions (Table 3, row E).
+        **kwargs: ``keras.Model`` arguments (``name``, ``dtype``).
+
+    Call arguments:
+        inputs: tuple ``(source_ids [batch, S] int32, target_in_ids [batch,
+            T] int32)``, 0-padded on the right.
+        training: bool.
+
+    Returns:
+        float32 logits ``[batch, T, vocab_size]``.
+
+    Raises:
+        ValueError: for invalid hyper-parameters.
+
+    Example:
+
+    >>> model = Transformer(vocab_size=64, num_layers=2, d_model=32, num_heads=2,
+    ...                     dff=64, dropout_rate=0.0, max_length=32)
+    >>> model((np.array([[5, 6, 3]]), np.array([[2, 7]]))).shape
+    TensorShape([1, 2, 64])
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_layers: int = 6,
+        d_model: int = 512,
+        num_heads: int = 8,
+        dff: int = 2048,
+        dropout_rate: float = 0.1,
+        max_length: int = 256,
+        tie_embeddings: bool = True,
+        norm_first: bool = False,
+        learned_positions: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        _check_positive_int("Transformer", "vocab_size", vocab_size)
+        _check_positive_int("Transformer", "max_length", max_length)
+        _check_common("Transformer", num_layers, d_model, num_heads, dff, dropout_rate)
+        self.vocab_size = vocab_size
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.dropout_rate = dropout_rate
+        self.max_length = max_length
+        self.tie_embeddings = tie_embeddings
+        self.norm_first = norm_first
+        self.learned_positions = learned_positions
+        policy = self.dtype_policy
+
+        def embedding(name):
+            return PositionalEmbedding(
+                vocab_size,
+                d_model,
+                max_length=max_length,
+                learned_positions=learned_positions,
+                dropout_rate=dropout_rate,
+                dtype=policy,
+                name=name,
+            )
+
+        if tie_embeddings:
+            self.embedding = embedding("embedding")
+        else:
+            self.source_embedding = embedding("source_embedding")
+            self.target_embedding = embedding("target_embedding")
+            self.output_projection = keras.layers.Dense(
+                vocab_size, use_bias=False, dtype=policy, name="output_projection"
+            )
+        common = dict(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            dropout_rate=dropout_rate,
+            norm_first=norm_first,
+            dtype=policy,
+        )
+        self.encoder = Encoder(name="encoder", **common)
+        self.decoder = Decoder(name="decoder", **common)
+
+    # -- pieces ---------------------------------------------------------------
+
+    def _source_embedding(self):
+        return self.embedding if self.tie_embeddings else self.source_embedding
+
+    def _target_embedding(self):
+        return self.embedding if self.tie_embeddings else self.target_embedding
+
+    def _logits(self, x):
+        if self.tie_embeddings:
+            logits = self.embedding.logits(x)
+        else:
+            logits = self.output_projection(x)
+        # A fresh tensor: no Keras mask on the logits (see the class docstring).
+        return tf.identity(ops.cast(logits, "float32"))
+
+    def build(self, input_shape=None):
+        if self.tie_embeddings:
+            self.embedding.build((None, None))
+        else:
+            self.source_embedding.build((None, None))
+            self.target_embedding.build((None, None))
+            self.output_projection.build((None, None, self.d_model))
+        self.encoder.build((None, None, self.d_model))
+        self.decoder.build((None, None, self.d_model))
+        self.built = True
+
+    # -- public API -----------------------------------------------------------
+
+    def call(self, inputs, training=None):
+        source_ids, target_in_ids = inputs
+        encoder_outputs = self.encode(source_ids, training=training)
+        return self.decode(target_in_ids, encoder_outputs, source_ids, training=training)
+
+    def encode(self, source_ids, training=False):
+        """Encode source ids (Section 3.1).
+
+        Args:
+            source_ids: int tensor ``[batch, S]``, 0-padded.
+            training: bool.
+
+        Returns:
+            encoder outputs ``[batch, S, d_model]`` of the compute dtype.
+
+        Raises:
+            ValueError: with learned positions, for a source longer than
+                ``max_length``.
+        """
+        if not self.built:
+            self.build()
+        source_ids = ops.cast(source_ids, "int32")
+        source_mask = ops.not_equal(source_ids, 0)
+        x = self._source_embedding()(source_ids, training=training)
+        return self.encoder(x, mask=source_mask, training=training)
+
+    def decode(self, target_in_ids, encoder_outputs, source_ids, training=False):
+        """Decode all target positions at once (teacher forcing, Section 3.1).
+
+        Args:
+            target_in_ids: int tensor ``[batch, T]`` (BOS + pieces, 0-padded).
+            encoder_outputs: float tensor ``[batch, S, d_model]``.
+            source_ids: int tensor ``[batch, S]`` (for the source padding mask).
+            training: bool.
+
+        Returns:
+            float32 logits ``[batch, T, vocab_size]``.
+
+        Raises:
+            ValueError: with learned positions, for a target longer than
+                ``max_length``.
+        """
+        if not self.built:
+            self.build()
+        target_in_ids = ops.cast(target_in_ids, "int32")
+        source_mask = ops.not_equal(ops.cast(source_ids, "int32"), 0)
+        target_mask = ops.not_equal(target_in_ids, 0)
+        y = self._target_embedding()(target_in_ids, training=training)
+        y = self.decoder(
+            y,
+            encoder_outputs,
+            padding_mask=target_mask,
+            encoder_padding_mask=source_mask,
+            training=training,
+        )
+        return self._logits(y)
+
+    def init_cache(self, encoder_outputs, source_ids, max_length: int):
+        """The incremental-decoding cache (layout in the module docstring).
+
+        Args:
+            encoder_outputs: float tensor ``[batch, S, d_model]`` from :meth:`encode`.
+            source_ids: int tensor ``[batch, S]``.
+            max_length: python int, number of decoding steps the cache holds.
+
+        Returns:
+            nested dict of tensors, every leaf with leading dim ``batch``:
+            ``source_mask`` bool ``[batch, S]`` and per layer ``self_key`` /
+            ``self_value`` zeros ``[batch, max_length, num_heads, depth]``,
+            ``cross_key`` / ``cross_value`` ``[batch, S, num_heads, depth]``.
+
+        Raises:
+            ValueError: if ``max_length`` is not a positive python int, or
+                exceeds the learned position table.
+        """
+        if not self.built:
+            self.build()
+        _check_positive_int("Transformer.init_cache", "max_length", max_length)
+        if self.learned_positions and max_length > self.max_length:
+            raise ValueError(
+                f"Transformer.init_cache: max_length={max_length} exceeds the learned position table "
+                f"(max_length={self.max_length})"
+            )
+        cache = self.decoder.init_cache(encoder_outputs, max_length)
+        cache["source_mask"] = ops.not_equal(ops.cast(source_ids, "int32"), 0)
+        return cache
+
+    def decode_step(self, step_ids, step, cache):
+        """One incremental decoding step (Section 3.2.3).
+
+        Args:
+            step_ids: int tensor ``[batch]``, the token at position ``step``
+                (BOS at step 0).
+            step: scalar int32 (python int or tensor), 0-based position.
+            cache: the dict from :meth:`init_cache` / the previous step.
+
+        Returns:
+            ``(logits, new_cache)``: float32 logits ``[batch, vocab_size]`` of
+            the next token (equal to :meth:`decode` at position ``step``), and
+            the cache with this step's keys/values written at ``step``.
+
+        Raises:
+            ValueError: if ``cache`` lacks ``source_mask`` or a layer entry.
+                ``step`` must be below the cache's ``max_length`` (not checked:
+                it is a tensor inside ``tf.while_loop``/XLA).
+        """
+        if "source_mask" not in cache or any(f"layer_{i}" not in cache for i in range(self.num_layers)):
+            raise ValueError(
+                f"Transformer.decode_step: cache must hold 'source_mask' and 'layer_0'..'layer_{self.num_layers - 1}' "
+                f"(from init_cache), got keys {sorted(cache)}"
+            )
+        step_ids = ops.cast(step_ids, "int32")
+        step = ops.cast(step, "int32")
+        y = self._target_embedding()(ops.expand_dims(step_ids, 1), start_index=step)
+        layer_cache = {k: v for k, v in cache.items() if k != "source_mask"}
+        y, new_cache = self.decoder(
+            y,
+            encoder_padding_mask=cache["source_mask"],
+            cache=layer_cache,
+            cache_index=step,
+        )
+        new_cache["source_mask"] = cache["source_mask"]
+        return self._logits(y)[:, 0, :], new_cache
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "dropout_rate": self.dropout_rate,
+                "max_length": self.max_length,
+                "tie_embeddings": self.tie_embeddings,
+                "norm_first": self.norm_first,
+                "learned_positions": self.learned_positions,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
