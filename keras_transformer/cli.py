@@ -89,6 +89,10 @@ def _run(args: argparse.Namespace) -> int:
         split: load_multi30k(split, data_dir=data_dir, download=not args.no_download, cache_dir=args.cache_dir)
         for split in ("train", "val", "test2016")
     }
+    for split, limit in (("train", args.limit_train), ("val", args.limit_test), ("test2016", args.limit_test)):
+        if limit:
+            pairs = splits[split]
+            pairs.sources, pairs.targets = pairs.sources[:limit], pairs.targets[:limit]
     for split, pairs in splits.items():
         print(f"      {split}: {len(pairs)} pairs", flush=True)
 
@@ -225,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
     run.add_argument("--strategy", default="auto", help="auto, mirrored, multi_worker or default")
     run.add_argument("--num-examples", type=int, default=5, help="test sentences to print")
+    run.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (0: all)")
+    run.add_argument(
+        "--limit-test", type=int, default=0, help="use only the first N validation and test pairs (0: all)"
+    )
     run.add_argument("--seed", type=int, default=0)
     run.set_defaults(func=_run)
 

@@ -1,0 +1,69 @@
+"""The command line: bad input and the main job end to end on a slice of real Multi30k."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer.cli import main
+
+MULTI30K = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
+
+
+def test_missing_data_folder_names_the_files(tmp_path, capsys):
+    status = main(["run", "--data-dir", str(tmp_path / "nowhere"), "--no-download", "--output-dir", str(tmp_path / "o")])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "train.en" in err and "train.de" in err and str(tmp_path / "nowhere") in err
+
+
+def test_mismatched_line_counts_name_files_and_counts(tmp_path, capsys, multi30k_dir):
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    for name in MULTI30K:
+        lines = (multi30k_dir / name).read_text(encoding="utf-8").splitlines()[:20]
+        if name == "train.de":
+            lines = lines[:17]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    status = main(["run", "--data-dir", str(tmp_path), "--no-download", "--output-dir", str(tmp_path / "o")])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert str(folder / "train.en") in err and str(folder / "train.de") in err
+    assert "20" in err and "17" in err
+
+
+def test_translate_rejects_a_missing_saved_model(tmp_path, capsys):
+    assert main(["translate", "--saved-model", str(tmp_path)]) == 2
+    assert "no SavedModel" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
+    """`run` trains, scores, exports and translates; the export then works in a fresh process."""
+    out = tmp_path / "run"
+    env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(multi30k_dir.parent))
+    command = [
+        sys.executable, "-m", "keras_transformer.cli", "run", "--preset", "tiny", "--vocab-size", "300",
+        "--limit-train", "1500", "--limit-test", "40", "--epochs", "1", "--beam-size", "2",
+        "--output-dir", str(out), "--num-examples", "2",
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "BLEU = " in result.stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
+    assert result.stdout.count("  EN:  ") == 2
+    results = json.loads((out / "results.json").read_text())
+    assert 0.0 <= results["bleu"] <= 100.0
+    export = pathlib.Path(results["saved_model"])
+    assert (export / "saved_model.pb").is_file()
+    assert len((out / "test2016.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
+
+    sentences = ["A man is riding a bike.", "Two dogs play in the snow."]
+    translate = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "translate", "--saved-model", str(export)],
+        input="\n".join(sentences) + "\n", env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert translate.returncode == 0, translate.stderr[-3000:]
+    assert len(translate.stdout.splitlines()) == len(sentences)
