@@ -1,0 +1,212 @@
+"""Helper processes for the training tests (each needs a fresh TensorFlow).
+
+Usage: ``python tests/training/_workers.py MODE OUT_JSON [options]``. Modes:
+
+* ``mirrored``: two logical CPU devices; trains the tiny Transformer a few
+  steps under ``MirroredStrategy`` with XLA, then the same model on one device
+  on the same global batches; writes both loss lists and weight differences.
+* ``worker``: one task of a ``MultiWorkerMirroredStrategy`` cluster
+  (``TF_CONFIG`` set by the caller), or a single process without it.
+* ``buckets``: one epoch of bucketed Multi30k-like lengths with XLA on one
+  device; the caller counts XLA compilations from ``--xla_dump_to``.
+* ``resume``: ``trainer.fit`` with checkpoints every step; logs each batch
+  (epoch, batch, optimizer step) to ``OUT_JSON`` lines; sleeps per batch so a
+  test can kill it mid-epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+MODE, OUT = sys.argv[1], sys.argv[2]
+if MODE == "mirrored":
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras  # noqa: E402
+
+from keras_transformer.config import get_preset  # noqa: E402
+from keras_transformer.training import trainer  # noqa: E402
+
+keras.config.disable_traceback_filtering()
+CONFIG = get_preset("tiny", warmup_steps=2)
+
+
+def uneven_batches(steps: int, batch: int = 8, length: int = 9, seed: int = 0):
+    """Global batches whose two halves hold very different numbers of real target tokens."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        src = rng.integers(4, CONFIG.vocab_size, (batch, length)).astype("int32")
+        tgt = rng.integers(4, CONFIG.vocab_size, (batch, length + 1)).astype("int32")
+        src_len = rng.integers(2, length + 1, batch)
+        tgt_len = np.where(np.arange(batch) < batch // 2, 2, length + 1)  # first half: 2 tokens, second: 10
+        for i in range(batch):
+            src[i, src_len[i]:] = 0
+            tgt[i, tgt_len[i]:] = 0
+        tgt_in = np.concatenate([np.full((batch, 1), 2, "int32"), tgt[:, :-1]], axis=1)
+        tgt_in[tgt == 0] = 0
+        out.append(((src, tgt_in), tgt))
+    return out
+
+
+def as_dataset(batches):
+    def gen():
+        yield from batches
+
+    spec = ((tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None, None], tf.int32))
+    return tf.data.Dataset.from_generator(gen, output_signature=spec)
+
+
+class StepLosses(keras.callbacks.Callback):
+    """Records the loss of each step from the running mean Keras reports."""
+
+    def __init__(self):
+        super().__init__()
+        self.means = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.means.append(float(logs["loss"]))
+
+
+def train(strategy, batches, jit_compile, epochs=1):
+    with strategy.scope():
+        keras.utils.set_random_seed(7)
+        model = trainer.build_model(CONFIG)
+        trainer.compile_model(model, CONFIG, jit_compile=jit_compile)
+    recorder = StepLosses()
+    model.fit(as_dataset(batches), epochs=epochs, verbose=0, callbacks=[recorder])
+    # Per-step losses from the running means: l_k = k*m_k - (k-1)*m_{k-1}.
+    means = recorder.means
+    losses = [means[0]] + [(k + 1) * means[k] - k * means[k - 1] for k in range(1, len(means))]
+    return model, losses
+
+
+def main():
+    result = {}
+    if MODE == "mirrored":
+        batches = uneven_batches(4)
+        strategy = trainer.get_strategy("mirrored")
+        result["replicas"] = strategy.num_replicas_in_sync
+        m2, l2 = train(strategy, batches, jit_compile=True)
+        result["replica_traces"] = m2.replica_gradients.experimental_get_tracing_count()
+        m1, l1 = train(tf.distribute.OneDeviceStrategy("/cpu:0"), batches, jit_compile=False)
+        result["mirrored_losses"], result["single_losses"] = l2, l1
+        # Gradients of one global batch: summed over the two replicas vs one device.
+        (src, tin), tout = batches[0]
+        m1.set_weights(m2.get_weights())
+        dist = strategy.experimental_distribute_dataset(as_dataset(batches[:1]))
+
+        def replica_fn(data):
+            x, y = data
+            count = tf.reduce_sum(tf.cast(tf.not_equal(y, 0), tf.float32))
+            ctx = tf.distribute.get_replica_context()
+            loss, grads, _ = m2.replica_gradients(x, y, ctx.all_reduce("sum", count))
+            return loss, grads, count
+
+        loss2, grads2, counts = strategy.run(tf.function(replica_fn), args=(next(iter(dist)),))
+        result["replica_counts"] = [float(c) for c in strategy.experimental_local_results(counts)]
+        loss2 = float(strategy.reduce("SUM", loss2, axis=None))
+        grads2 = [strategy.reduce("SUM", g, axis=None).numpy() for g in grads2]
+        count = float(np.sum(tout != 0))
+        loss1, grads1, _ = m1.replica_gradients((tf.constant(src), tf.constant(tin)), tf.constant(tout), tf.constant(count))
+        result["grad_loss_mirrored"], result["grad_loss_single"] = loss2, float(loss1)
+        result["max_grad_diff"] = max(float(np.max(np.abs(a - b.numpy()))) for a, b in zip(grads2, grads1))
+        result["max_grad"] = max(float(np.max(np.abs(b.numpy()))) for b in grads1)
+    elif MODE == "worker":
+        batches = uneven_batches(3)
+        strategy = trainer.get_strategy("multi_worker" if "TF_CONFIG" in os.environ else "default")
+        result["replicas"] = strategy.num_replicas_in_sync
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        with strategy.scope():
+            keras.utils.set_random_seed(7)
+            model = trainer.build_model(CONFIG)
+            trainer.compile_model(model, CONFIG, jit_compile=True)
+        recorder = StepLosses()
+        model.fit(as_dataset(batches).with_options(options), epochs=1, verbose=0, callbacks=[recorder])
+        result["losses"] = recorder.means
+        result["weights_sum"] = float(sum(np.sum(w.numpy().astype(np.float64)) for w in model.trainable_weights))
+        # Loss of the final weights (the last update is not in the training losses).
+        result["final_loss"] = float(model.evaluate(as_dataset(batches[:1]).with_options(options), verbose=0, return_dict=True)["loss"])
+        np.savez(OUT + ".npz", *[w.numpy() for w in model.trainable_weights])
+    elif MODE == "buckets":
+        widths = [int(w) for w in sys.argv[3].split(",")]
+        batch_tokens = int(sys.argv[4])
+        rng = np.random.default_rng(1)
+        pairs = []
+        for _ in range(int(sys.argv[5])):
+            n = int(rng.integers(1, widths[-1]))
+            m = int(rng.integers(1, widths[-1]))
+            pairs.append((rng.integers(4, CONFIG.vocab_size, n), rng.integers(4, CONFIG.vocab_size, m)))
+        # Bucket like the pipeline: by max length, batch_tokens // width pairs, each side
+        # padded to the smallest width fitting its own batch, partial last batches.
+        buckets = {}
+        for s, t in pairs:
+            w = next(w for w in widths if w >= max(len(s), len(t) + 1))
+            buckets.setdefault(w, []).append((s, t))
+        raw = []
+        for w, items in sorted(buckets.items()):
+            size = batch_tokens // w
+            for i in range(0, len(items), size):
+                chunk = items[i : i + size]
+                sw = next(x for x in widths if x >= max(len(s) for s, _ in chunk))
+                tw = next(x for x in widths if x >= max(len(t) + 1 for _, t in chunk))
+                src = np.zeros((len(chunk), sw), "int32")
+                tin = np.zeros((len(chunk), tw), "int32")
+                tout = np.zeros((len(chunk), tw), "int32")
+                for j, (s, t) in enumerate(chunk):
+                    src[j, : len(s)] = s
+                    tin[j, : len(t) + 1] = np.concatenate([[2], t])
+                    tout[j, : len(t) + 1] = np.concatenate([t, [3]])
+                raw.append(((src, tin), tout))
+        rng.shuffle(raw)
+        result["raw_shapes"] = len({(a.shape, b.shape) for (a, b), _ in raw})
+        dataset = trainer.fixed_shape_batches(as_dataset(raw), batch_tokens, widths)
+        result["fixed_shapes"] = len({(tuple(x[0].shape), tuple(x[1].shape)) for x, _ in dataset})
+        result["batches"] = len(raw)
+        keras.utils.set_random_seed(7)
+        model = trainer.build_model(CONFIG)
+        trainer.compile_model(model, CONFIG, jit_compile=True)
+        model.fit(dataset, epochs=1, verbose=0)
+    elif MODE == "resume":
+        model_dir, epochs, steps = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        batches = uneven_batches(steps, seed=3)
+        keras.utils.set_random_seed(7)
+        model = trainer.build_model(CONFIG)
+        trainer.compile_model(model, CONFIG, jit_compile=False)
+
+        class Log(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch = epoch
+
+            def on_train_batch_end(self, batch, logs=None):
+                step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+                with open(OUT, "a") as f:
+                    f.write(json.dumps({"pid": os.getpid(), "epoch": self.epoch, "step": step}) + "\n")
+                time.sleep(float(os.environ.get("WORKER_SLEEP", "0")))
+
+        trainer.fit(model, as_dataset(batches), model_dir=model_dir, epochs=epochs, save_freq=1,
+                    keep_checkpoints=3, tensorboard=True, callbacks=[Log()], verbose=0)
+        with open(OUT, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "done": True,
+                                "step": int(keras.ops.convert_to_numpy(model.optimizer.iterations))}) + "\n")
+        return
+    else:
+        raise ValueError(f"unknown mode {MODE!r}")
+    with open(OUT, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

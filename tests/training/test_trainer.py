@@ -1,0 +1,207 @@
+"""Trainer: global-token loss normalization, padding invariance, accumulation, precision, shapes."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.config import get_preset
+from keras_transformer.training import trainer
+
+CONFIG = get_preset("tiny", warmup_steps=2)
+
+
+def _model(jit_compile=False, **kwargs):
+    keras.utils.set_random_seed(3)
+    model = trainer.build_model(CONFIG)
+    return trainer.compile_model(model, CONFIG, jit_compile=jit_compile, **kwargs)
+
+
+def _batch(rng, batch=4, src_len=6, tgt_len=7, real=None):
+    src = rng.integers(4, CONFIG.vocab_size, (batch, src_len)).astype("int32")
+    tout = rng.integers(4, CONFIG.vocab_size, (batch, tgt_len)).astype("int32")
+    lengths = real if real is not None else rng.integers(2, tgt_len + 1, batch)
+    for i, n in enumerate(lengths):
+        tout[i, n:] = 0
+        src[i, max(n - 1, 1):] = 0
+    tin = np.concatenate([np.full((batch, 1), 2, "int32"), tout[:, :-1]], axis=1)
+    tin[tout == 0] = 0
+    return (src, tin), tout
+
+
+def _numpy_loss(logits, target, eps):
+    """Label-smoothed CE over real tokens / number of real tokens, in numpy (float64)."""
+    logits = logits.astype(np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, target[..., None], -1)[..., 0]
+    per_token = (1 - eps) * nll + eps * -logp.mean(-1)
+    mask = target != 0
+    return per_token[mask].sum() / mask.sum()
+
+
+def test_train_step_loss_is_label_smoothed_ce_over_real_tokens():
+    model = _model()
+    x, y = _batch(np.random.default_rng(0))
+    logits = model(x, training=False).numpy()
+    expected = _numpy_loss(logits, y, CONFIG.label_smoothing)
+    count = tf.constant(float(np.sum(y != 0)))
+    loss, grads, _ = model.replica_gradients(tuple(map(tf.constant, x)), tf.constant(y), count)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    assert len(grads) == len(model.trainable_variables)
+
+
+def test_loss_and_gradients_do_not_depend_on_padding():
+    model = _model()
+    (src, tin), tout = _batch(np.random.default_rng(1))
+    pad = lambda a, n: np.pad(a, [[0, 0], [0, n]])  # noqa: E731
+    extra = [(pad(src, 5), pad(tin, 9)), pad(tout, 9)]
+    # Two more all-padding rows as well.
+    extra_rows = [tuple(np.pad(a, [[0, 2], [0, 0]]) for a in extra[0]), np.pad(extra[1], [[0, 2], [0, 0]])]
+    count = tf.constant(float(np.sum(tout != 0)))
+    results = []
+    for (s, t), y in [((src, tin), tout), extra, extra_rows]:
+        loss, grads, _ = model.replica_gradients((tf.constant(s), tf.constant(t)), tf.constant(y), count)
+        results.append((float(loss), [g.numpy() for g in grads]))
+    for loss, grads in results[1:]:
+        assert loss == pytest.approx(results[0][0], rel=1e-5)
+        for g, g0 in zip(grads, results[0][1]):
+            np.testing.assert_allclose(g, g0, rtol=1e-4, atol=1e-6)
+
+
+def test_split_batch_sums_to_global_loss_and_gradients():
+    """Two 'replicas' holding 2 and 14 real target tokens: partial sums / global count add up to one device."""
+    model = _model()
+    x, y = _batch(np.random.default_rng(2), real=[1, 1, 7, 7])
+    count = tf.constant(float(np.sum(y != 0)))
+    full_loss, full_grads, _ = model.replica_gradients(tuple(map(tf.constant, x)), tf.constant(y), count)
+    parts = [model.replica_gradients((tf.constant(x[0][s]), tf.constant(x[1][s])), tf.constant(y[s]), count)
+             for s in (slice(0, 2), slice(2, 4))]
+    assert float(parts[0][0] + parts[1][0]) == pytest.approx(float(full_loss), rel=1e-5)
+    for g, g0, g1 in zip(full_grads, parts[0][1], parts[1][1]):
+        np.testing.assert_allclose((g0 + g1).numpy(), g.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_fit_reports_global_token_loss_and_evaluate_matches():
+    model = _model()
+    x, y = _batch(np.random.default_rng(4))
+    logits = model(x, training=False).numpy()
+    expected = _numpy_loss(logits, y, CONFIG.label_smoothing)
+    data = tf.data.Dataset.from_tensors((x, y))
+    assert model.evaluate(data, verbose=0, return_dict=True)["loss"] == pytest.approx(expected, rel=1e-5)
+    history = model.fit(data, epochs=1, verbose=0)
+    assert history.history["loss"][0] == pytest.approx(expected, rel=1e-5)
+    assert int(model.optimizer.iterations) == 1
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    rng = np.random.default_rng(5)
+    a = _batch(rng, real=[3, 5, 7, 7])
+    b = _batch(rng, real=[7, 7, 4, 4])  # same number of real target tokens (22) as a
+    assert np.sum(a[1] != 0) == np.sum(b[1] != 0)
+    big = tuple(np.concatenate([p, q]) for p, q in zip(a[0], b[0])), np.concatenate([a[1], b[1]])
+    accumulated = _model(gradient_accumulation_steps=2)
+    accumulated.fit(tf.data.Dataset.from_tensors(a).concatenate(tf.data.Dataset.from_tensors(b)), verbose=0)
+    single = _model()
+    single.fit(tf.data.Dataset.from_tensors(big), verbose=0)
+    assert int(accumulated.optimizer.iterations) == 1
+    assert int(single.optimizer.iterations) == 1
+    # Compare the functions, not raw weights: attention key biases get an exactly
+    # zero gradient, which Adam (epsilon 1e-9) turns from float noise into +-lr.
+    np.testing.assert_allclose(accumulated(big[0]).numpy(), single(big[0]).numpy(), rtol=1e-4, atol=1e-4)
+    changed = max(float(np.max(np.abs(w.numpy()))) for w in single.trainable_weights)
+    assert changed > 0
+
+
+def test_xla_step_matches_non_xla_step():
+    x, y = _batch(np.random.default_rng(6))
+    data = tf.data.Dataset.from_tensors((x, y)).repeat(2)
+    plain, xla = _model(jit_compile=False), _model(jit_compile=True)
+    h1 = plain.fit(data, verbose=0).history["loss"][0]
+    h2 = xla.fit(data, verbose=0).history["loss"][0]
+    assert h2 == pytest.approx(h1, rel=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains_with_float32_logits(policy):
+    try:
+        trainer.set_precision(policy)
+        model = _model()
+        if policy == "mixed_float16":
+            assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        x, y = _batch(np.random.default_rng(7))
+        assert model(x).dtype == tf.float32
+        loss = model.fit(tf.data.Dataset.from_tensors((x, y)), verbose=0).history["loss"][0]
+        assert np.isfinite(loss)
+        assert int(model.optimizer.iterations) == 1
+    finally:
+        trainer.set_precision("float32")
+
+
+def test_fixed_shape_batches_pads_to_one_shape_per_width():
+    src = np.ones((3, 5), "int32")
+    tin = np.ones((3, 8), "int32")
+    tout = np.ones((3, 8), "int32")
+    data = trainer.fixed_shape_batches(tf.data.Dataset.from_tensors(((src, tin), tout)), 40, [4, 8, 12], num_replicas=2)
+    (s, t), y = next(iter(data))
+    # width 8 (the longer side), rows = 40 // 8 = 5 rounded up to a multiple of 2 = 6
+    assert s.shape == (6, 8) and t.shape == (6, 8) and y.shape == (6, 8)
+    assert int(tf.reduce_sum(s)) == 15 and int(tf.reduce_sum(y)) == 24
+    with pytest.raises(ValueError, match="batch_tokens"):
+        trainer.fixed_shape_batches(data, 4, [4, 8])
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="unknown strategy"):
+        trainer.get_strategy("nope")
+    with pytest.raises(ValueError, match="precision policy"):
+        trainer.set_precision("float8")
+    model = trainer.build_model(CONFIG)
+    with pytest.raises(ValueError, match="jit_compile"):
+        trainer.compile_model(model, CONFIG, jit_compile="yes")
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        trainer.compile_model(model, CONFIG, gradient_accumulation_steps=0)
+    model.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ValueError, match="MaskedLabelSmoothedCrossEntropy"):
+        trainer.install_train_step(model)
+
+
+def test_is_chief(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert trainer.is_chief()
+    cluster = {"worker": ["localhost:1", "localhost:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    assert not trainer.is_chief()
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    assert trainer.is_chief()
+
+
+def test_accumulation_schedule_counts_updates():
+    from keras_transformer.training.accumulation import PerUpdateSchedule
+    from keras_transformer.training.schedule import WarmupSchedule
+
+    inner = WarmupSchedule(d_model=32, warmup_steps=2)
+    schedule = PerUpdateSchedule(inner, 4)
+    # batches 0..3 are update 0, batches 4..7 update 1 (Eq. 3 at step 1 and 2)
+    assert float(schedule(3)) == pytest.approx(32**-0.5 * 2**-1.5)
+    assert float(schedule(4)) == pytest.approx(32**-0.5 * 2 * 2**-1.5)
+    restored = PerUpdateSchedule.from_config(schedule.get_config())
+    assert float(restored(7)) == pytest.approx(float(schedule(7)))
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        PerUpdateSchedule(inner, 0)
+
+
+def test_trained_model_exports_as_saved_model(tmp_path):
+    # The installed train step must not leave anything on the model that
+    # tf.saved_model.save would try to export (it captures dropout seeds).
+    model = _model()
+    x, y = _batch(np.random.default_rng(5))
+    model.fit(tf.data.Dataset.from_tensors((x, y)), epochs=1, verbose=0)
+    module = tf.Module()
+    module.model = model
+    module.encode = tf.function(lambda ids: model.encode(ids), input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    tf.saved_model.save(module, str(tmp_path / "sm"))
+    reloaded = tf.saved_model.load(str(tmp_path / "sm"))
+    np.testing.assert_allclose(reloaded.encode(tf.constant(x[0])).numpy(), model.encode(x[0]).numpy(), atol=1e-5)
