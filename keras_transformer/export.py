@@ -8,6 +8,7 @@ numeric folder per servable version)::
         variables/...
         assets/sentencepiece.model          tf.saved_model.Asset: the shared vocabulary
         assets.extra/export_config.json     decoding + model config, XLA flag, signatures
+        assets.extra/tf_serving_warmup_requests   optional (``warmup_sentences``)
 
 Signatures (all take ``sentences``: ``[None]`` ``tf.string``):
 
@@ -27,7 +28,16 @@ in-graph; no ``PyFunc``), so a server or a Python process needs nothing but
 ``tensorflow`` and ``tensorflow_text`` to load it. When the translator was built
 with ``jit_compile=True`` the encoder + search run in an XLA-compiled function
 (``_XlaMustCompile``); ``export_config.json`` records ``"xla_compiled": true``
-and TF Serving must then run with ``--xla_cpu_compilation_enabled=true``.
+and TF Serving must then run with ``--xla_cpu_compilation_enabled=true``
+(``serving/start_server.sh`` reads the record and adds the flag).
+
+Warmup (optional): with ``warmup_sentences`` the export also writes TF
+Serving's ``assets.extra/tf_serving_warmup_requests`` (a TFRecord of
+``PredictionLog`` protos, one ``PredictRequest`` per warmup signature), which
+the server replays before marking the version AVAILABLE, so the first real
+request does not pay for graph initialization (and, for an XLA export, for the
+compilation of that batch shape). It needs ``tensorflow-serving-api`` (the
+``serving`` extra).
 """
 
 from __future__ import annotations
@@ -41,7 +51,15 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["export_saved_model", "find_python_ops", "SIGNATURES", "CONFIG_FILENAME", "VOCAB_ASSET_NAME"]
+__all__ = [
+    "export_saved_model",
+    "find_python_ops",
+    "saved_model_op_names",
+    "SIGNATURES",
+    "CONFIG_FILENAME",
+    "VOCAB_ASSET_NAME",
+    "WARMUP_FILENAME",
+]
 
 #: Signature name -> Translator method.
 SIGNATURES = {
@@ -52,6 +70,8 @@ SIGNATURES = {
 }
 #: File written in ``assets.extra/``.
 CONFIG_FILENAME = "export_config.json"
+#: TF Serving's warmup file in ``assets.extra/``.
+WARMUP_FILENAME = "tf_serving_warmup_requests"
 #: File name of the SentencePiece model in ``assets/``.
 VOCAB_ASSET_NAME = "sentencepiece.model"
 #: Ops that call back into Python and cannot run in TF Serving.
@@ -83,6 +103,46 @@ def _json_safe(value: Any) -> Any:
         return repr(value)
 
 
+def _read_saved_model_proto(saved_model_dir: str | os.PathLike):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    if not os.path.isfile(path):
+        raise ValueError(f"no saved_model.pb in {saved_model_dir}")
+    proto = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    return proto
+
+
+def saved_model_op_names(saved_model_dir: str | os.PathLike) -> set[str]:
+    """Every op type used by a SavedModel (all meta graphs and function libraries).
+
+    Nodes that call a function of the graph's own library (by its name) are not
+    ops and are left out; the functions' bodies are scanned instead.
+
+    Args:
+        saved_model_dir: folder holding ``saved_model.pb``.
+
+    Returns:
+        ``set[str]`` of op type names (e.g. ``"MatMul"``,
+        ``"SentencepieceTokenizeOp"``).
+
+    Raises:
+        ValueError: if there is no ``saved_model.pb`` in ``saved_model_dir``.
+    """
+    proto = _read_saved_model_proto(saved_model_dir)
+    ops = set()
+    for meta_graph in proto.meta_graphs:
+        graph = meta_graph.graph_def
+        functions = {f.signature.name for f in graph.library.function}
+        nodes = list(graph.node)
+        for function in graph.library.function:
+            nodes += list(function.node_def)
+        ops.update(n.op for n in nodes if n.op not in functions)
+    return ops
+
+
 def find_python_ops(saved_model_dir: str | os.PathLike) -> list[str]:
     """Names of Python-callback ops (``PyFunc``, ``EagerPyFunc``...) in a SavedModel.
 
@@ -98,14 +158,7 @@ def find_python_ops(saved_model_dir: str | os.PathLike) -> list[str]:
     Raises:
         ValueError: if there is no ``saved_model.pb`` in ``saved_model_dir``.
     """
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    path = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    if not os.path.isfile(path):
-        raise ValueError(f"no saved_model.pb in {saved_model_dir}")
-    proto = saved_model_pb2.SavedModel()
-    with open(path, "rb") as f:
-        proto.ParseFromString(f.read())
+    proto = _read_saved_model_proto(saved_model_dir)
     found = []
     for meta_graph in proto.meta_graphs:
         graph = meta_graph.graph_def
@@ -136,6 +189,9 @@ def export_saved_model(
     export_dir: str | os.PathLike,
     version: int = 1,
     overwrite: bool = False,
+    warmup_sentences: list[str] | None = None,
+    warmup_signatures: tuple[str, ...] = ("serving_default",),
+    model_name: str = "translator",
 ) -> str:
     """Writes ``translator`` as a TF Serving SavedModel ``<export_dir>/<version>/``.
 
@@ -150,13 +206,25 @@ def export_saved_model(
         version: servable version, Python int >= 0 (TF Serving serves the
             highest by default).
         overwrite: replace an existing ``<export_dir>/<version>/``.
+        warmup_sentences: optional non-empty list of ``str``: write
+            ``assets.extra/tf_serving_warmup_requests`` with one batch of these
+            sentences per signature in ``warmup_signatures`` (needs
+            ``tensorflow-serving-api``).
+        warmup_signatures: signature names replayed at warmup.
+        model_name: the served model name written in the warmup requests
+            (``name`` in serving/models.config).
+
+    XLA: whether the search is XLA-compiled is the translator's choice
+    (``Translator(jit_compile=...)``); it is recorded as ``xla_compiled`` and
+    ``serving_flags`` in ``export_config.json``.
 
     Returns:
         The path of the version folder (``str``).
 
     Raises:
         ValueError: for a bad ``version``, an existing version folder without
-            ``overwrite``, or a graph that contains Python-callback ops (which
+            ``overwrite``, bad ``warmup_sentences``/``warmup_signatures``, or
+            a graph that contains Python-callback ops (which
             TF Serving cannot run; nothing is left on disk then).
     """
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
@@ -165,6 +233,14 @@ def export_saved_model(
     final_path = os.path.join(export_dir, str(version))
     if os.path.exists(final_path) and not overwrite:
         raise ValueError(f"export version folder already exists: {final_path} (pass overwrite=True to replace it)")
+    if warmup_sentences is not None:
+        if (isinstance(warmup_sentences, str) or not warmup_sentences
+                or not all(isinstance(x, str) for x in warmup_sentences)):
+            raise ValueError("warmup_sentences must be a non-empty list of str")
+        unknown = [name for name in warmup_signatures if name not in SIGNATURES]
+        if unknown or not warmup_signatures:
+            raise ValueError(f"warmup_signatures must be among {sorted(SIGNATURES)}, got {list(warmup_signatures)}")
+        _warmup_modules()  # fail before writing anything if the package is missing
     os.makedirs(export_dir, exist_ok=True)
 
     tmp_path = os.path.join(export_dir, f".tmp-{version}-{uuid.uuid4().hex}")
@@ -184,7 +260,13 @@ def export_saved_model(
                     "the exported graph calls back into Python, which TF Serving cannot run: "
                     + ", ".join(python_ops[:10])
                 )
-            _write_config(tmp_path, translator, version, concrete)
+            warmup = None
+            if warmup_sentences is not None:
+                warmup = {"file": f"assets.extra/{WARMUP_FILENAME}", "signatures": list(warmup_signatures),
+                          "batch_size": len(warmup_sentences)}
+            _write_config(tmp_path, translator, version, concrete, warmup)
+            if warmup_sentences is not None:
+                _write_warmup(tmp_path, list(warmup_sentences), tuple(warmup_signatures), model_name)
         except BaseException:
             shutil.rmtree(tmp_path, ignore_errors=True)
             raise
@@ -195,7 +277,8 @@ def export_saved_model(
     return final_path
 
 
-def _write_config(path: str, translator: Any, version: int, concrete: dict[str, Any]) -> None:
+def _write_config(path: str, translator: Any, version: int, concrete: dict[str, Any],
+                  warmup: dict[str, Any] | None = None) -> None:
     import tensorflow_text
 
     model = translator.model
@@ -210,6 +293,7 @@ def _write_config(path: str, translator: Any, version: int, concrete: dict[str, 
         "version": version,
         "xla_compiled": xla,
         "serving_flags": ["--xla_cpu_compilation_enabled=true"] if xla else [],
+        "warmup": warmup,
         "decoding": _json_safe(translator.get_config()),
         "model_class": f"{type(model).__module__}.{type(model).__name__}",
         "model_config": _json_safe(model_config),
@@ -229,3 +313,30 @@ def _write_config(path: str, translator: Any, version: int, concrete: dict[str, 
     os.makedirs(extra, exist_ok=True)
     with open(os.path.join(extra, CONFIG_FILENAME), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, sort_keys=True)
+
+
+def _warmup_modules():
+    try:
+        from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+    except ImportError as e:
+        raise ValueError(
+            "warmup_sentences needs tensorflow-serving-api (pip install 'keras_transformer[serving]')"
+        ) from e
+    return model_pb2, predict_pb2, prediction_log_pb2
+
+
+def _write_warmup(path: str, sentences: list[str], signatures: tuple[str, ...], model_name: str) -> None:
+    """Writes ``assets.extra/tf_serving_warmup_requests`` (TFRecord of PredictionLog)."""
+    model_pb2, predict_pb2, prediction_log_pb2 = _warmup_modules()
+    extra = os.path.join(path, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
+        for signature in signatures:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature)
+            )
+            request.inputs["sentences"].CopyFrom(
+                tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string)
+            )
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())

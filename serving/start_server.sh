@@ -11,7 +11,8 @@
 #   REST_PORT         host port of the REST API (default 8501)
 #   GRPC_PORT         host port of the gRPC API (default 8500)
 #   TF_SERVING_CONTAINER    (default keras-transformer-serving)
-#   DRY_RUN=1         print the docker command instead of running it
+#   DRY_RUN=1         print the docker command (one line, shell-quoted) on stdout
+#                     instead of running it; the summary goes to stderr
 #
 # XLA: when any version's assets.extra/export_config.json records
 # "xla_compiled": true (Translator(jit_compile=True)), the server is started with
@@ -64,5 +65,9 @@ echo "versions: ${versions[*]}; REST http://localhost:$REST_PORT/v1/models/trans
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   printf '%q ' "${cmd[@]}"; echo
 else
+  if ! command -v docker >/dev/null 2>&1; then
+    echo "error: docker not found; DRY_RUN=1 prints the command, or run tensorflow_model_server with: ${flags[*]}" >&2
+    exit 127
+  fi
   exec "${cmd[@]}"
 fi

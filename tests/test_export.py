@@ -5,56 +5,50 @@ The reload runs in a NEW Python process that imports only ``tensorflow`` and
 must equal the in-process Translator's.
 """
 
-import itertools
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
-import keras
 import pytest
 import tensorflow as tf
 
-from keras_transformer.config import get_preset
-from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
 from keras_transformer.decoding import Translator
-from keras_transformer.export import export_saved_model, find_python_ops
-from keras_transformer.model import Transformer
+from keras_transformer.export import export_saved_model, find_python_ops, saved_model_op_names
 
 SENTENCES = ["A dog runs in the park.", "", "Zwei Männer spielen Fußball."]
 
 
-def read_lines(path, n):
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in itertools.islice(f, n)]
+def _shared():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decoding", "_shared.py")
+    spec = importlib.util.spec_from_file_location("_keras_transformer_shared_loader", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.load()
+
+
+shared = _shared()
 
 
 @pytest.fixture(scope="module")
-def tokenizer(multi30k_dir, tmp_path_factory):
-    lines = read_lines(multi30k_dir / "train.en", 1000) + read_lines(multi30k_dir / "train.de", 1000)
-    path = train_sentencepiece(lines, tmp_path_factory.mktemp("spm"), vocab_size=300)
-    # Seed before creating the tokenizer (tf.random.set_seed clears the kernel
-    # cache that owns tensorflow_text's SentencePiece resource).
-    keras.utils.set_random_seed(7)
-    return SubwordTokenizer(path)
+def model_and_tokenizer(multi30k_dir, tmp_path_factory):
+    return shared.model_and_tokenizer(shared.spm_path(multi30k_dir, tmp_path_factory))
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer):
-    config = get_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=32, num_layers=1)
-    model = Transformer(**config.model_kwargs())
-    model((tf.constant([[5, 6, 3]]), tf.constant([[2, 7]])))
-    return model
+def tokenizer(model_and_tokenizer):
+    return model_and_tokenizer[1]
 
 
 @pytest.fixture(scope="module")
-def exported(model, tokenizer, tmp_path_factory):
-    """Version 1: plain graph; version 2: XLA-compiled search."""
-    base = tmp_path_factory.mktemp("export") / "translator"
-    plain = Translator(model, tokenizer, max_length=20, extra_decode_length=5, beam_size=2)
-    xla = Translator(model, tokenizer, max_length=20, extra_decode_length=5, beam_size=2, jit_compile=True)
-    paths = {1: export_saved_model(plain, base, version=1), 2: export_saved_model(xla, base, version=2)}
+def exported(model_and_tokenizer, tmp_path_factory):
+    """Version 1: plain graph (+ warmup file); version 2: XLA-compiled search (shared per session)."""
+    model, tokenizer = model_and_tokenizer
+    base, paths = shared.exported(model, tokenizer, tmp_path_factory)
+    # This module's own translator (same weights and settings) as the reference.
+    plain = Translator(model, tokenizer, **shared.EXPORT_KWARGS)
     return base, paths, plain
 
 
@@ -71,6 +65,12 @@ def test_layout_assets_and_config(exported, tokenizer):
             config = json.load(f)
         assert config["version"] == version
         assert config["xla_compiled"] is (version == 2)
+        assert config["serving_flags"] == (["--xla_cpu_compilation_enabled=true"] if version == 2 else [])
+        if version == 2 or importlib.util.find_spec("tensorflow_serving") is None:
+            assert config["warmup"] is None
+        else:
+            assert config["warmup"] == {"file": "assets.extra/tf_serving_warmup_requests",
+                                        "signatures": ["serving_default"], "batch_size": 2}
         assert config["decoding"]["beam_size"] == 2 and config["decoding"]["max_length"] == 20
         assert config["model_config"]["vocab_size"] == tokenizer.vocab_size
         assert config["tokenizer"]["sha256"] == tokenizer.vocab_sha256
@@ -106,15 +106,38 @@ def test_existing_version_is_not_overwritten(exported):
         export_saved_model(plain, base, version=1)
     with pytest.raises(ValueError, match="version"):
         export_saved_model(plain, base, version=-1)
+    with pytest.raises(ValueError, match="warmup_sentences"):
+        export_saved_model(plain, base, version=7, warmup_sentences="A dog.")
+    with pytest.raises(ValueError, match="warmup_signatures"):
+        export_saved_model(plain, base, version=7, warmup_sentences=["A dog."], warmup_signatures=("nope",))
+    assert not os.path.exists(os.path.join(base, "7"))
 
 
 RELOAD_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session
+    from tensorflow.python.util import compat
 
-    results = {}
+    def registered_ops():
+        buf = pywrap_tf_session.TF_GetAllOpList()
+        try:
+            ops = op_def_pb2.OpList.FromString(compat.as_bytes(pywrap_tf_session.TF_GetBuffer(buf)))
+        finally:
+            pywrap_tf_session.TF_DeleteBuffer(buf)
+        return {op.name for op in ops.op}
+
+    core = registered_ops()  # TensorFlow alone
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+    with_text = registered_ops()
+    used = set(json.loads(os.environ["USED_OPS"]))
+    results = {"ops": {
+        "not_registered": sorted(used - with_text),
+        "from_text": sorted(used - core),
+        "text_declares": sorted(with_text - core),
+    }}
     for path in sys.argv[2:]:
         loaded = tf.saved_model.load(path)
         sentences = tf.constant(json.loads(sys.argv[1]))
@@ -138,7 +161,8 @@ RELOAD_SCRIPT = textwrap.dedent(
 
 def test_reload_in_fresh_process_translates(exported):
     _, paths, plain = exported
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    used_ops = saved_model_op_names(paths[1]) | saved_model_op_names(paths[2])
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", USED_OPS=json.dumps(sorted(used_ops)))
     env.pop("KERAS_BACKEND", None)
     proc = subprocess.run(
         [sys.executable, "-c", RELOAD_SCRIPT, json.dumps(SENTENCES), paths[1], paths[2]],
@@ -147,6 +171,14 @@ def test_reload_in_fresh_process_translates(exported):
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")][-1]
     results = json.loads(line[len("RESULT"):])
+    # Every op of every graph and function is registered by TensorFlow core or
+    # tensorflow-text; the non-core ones are tensorflow-text's own SentencePiece ops.
+    ops = results.pop("ops")
+    assert ops["not_registered"] == []
+    assert set(ops["from_text"]) <= set(ops["text_declares"])
+    assert set(ops["from_text"]) == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
+    assert {"PyFunc", "PyFuncStateless", "EagerPyFunc"}.isdisjoint(used_ops)
+    assert {"StatefulPartitionedCall", "UnicodeTranscode", "TopKV2"} <= used_ops  # the scan sees function bodies
     assert results["modules"] == []  # keras_transformer was not needed (tensorflow itself imports keras)
     expected = plain.translate(tf.constant(SENTENCES))
     expected_greedy = plain.translate_greedy(tf.constant(SENTENCES))
@@ -214,3 +246,26 @@ def test_rest_client_against_fake_server(exported):
     assert got == [t.decode("utf-8") for t in plain.translate(tf.constant(SENTENCES))["translations"].numpy()]
     with pytest.raises(ValueError, match="list of str"):
         client.predict("not a list", url=url)
+
+
+def test_saved_model_cli_lists_string_to_string_serving_default(exported):
+    _, paths, _ = exported
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    if not os.path.isfile(cli):
+        pytest.skip(f"saved_model_cli not found next to {sys.executable}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([cli, "show", "--dir", paths[1], "--all"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    start = out.index("signature_def['serving_default']:")
+    block = out[start: out.find("signature_def[", start + 1) if "signature_def[" in out[start + 1:] else None]
+    inputs, outputs = block.split("The given SavedModel SignatureDef contains the following output(s):")
+    assert "inputs['sentences'] tensor_info:" in inputs and "dtype: DT_STRING" in inputs
+    assert "shape: (-1)" in inputs
+    assert "outputs['translations'] tensor_info:" in outputs
+    translations = outputs[outputs.index("outputs['translations']"):].split("outputs[")[1]
+    assert "dtype: DT_STRING" in translations and "shape: (-1)" in translations
+    assert "Method name is: tensorflow/serving/predict" in block
+    for name in ("beam_search", "greedy", "token_ids"):
+        assert f"signature_def['{name}']" in out

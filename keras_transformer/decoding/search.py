@@ -39,7 +39,9 @@ of tensor2tensor / TF-official ``beam_search``: an *alive* set of ``beam_size``
 unfinished hypotheses and a separate *finished* set of the ``beam_size`` best
 complete hypotheses, refilled each step from the ``2 * beam_size`` best
 candidate extensions (so that at least ``beam_size`` unfinished candidates exist
-even if ``beam_size`` of them end with EOS).
+even if ``beam_size`` of them end with EOS). With ``beam_size == 1`` only the best
+extension is taken, which makes beam search with one beam exactly greedy search
+(same tokens; the score is the greedy path's ``log P / lp``).
 """
 
 from __future__ import annotations
@@ -247,7 +249,9 @@ def beam_search(
     worst of them scores at least the best score any alive hypothesis could still
     reach (``alive log P / lp(max_decode_length)``, an upper bound because
     log-probabilities only decrease); the loop stops when every sentence is done
-    or the longest ``max_decode_lengths`` is reached.
+    or the longest ``max_decode_lengths`` is reached. ``beam_size=1`` keeps only
+    the best extension each step: it returns exactly the tokens of
+    :func:`greedy_search`.
 
     Args:
         symbols_to_logits_fn: ``(step_ids int32 [B*beam], step int32 scalar,
@@ -284,6 +288,10 @@ def beam_search(
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty!r}")
     alpha = float(length_penalty)
     k = beam_size
+    # 2k candidates keep k unfinished ones even if k of them end with EOS. With
+    # k == 1 only the single best extension is taken, so that beam_size=1 is
+    # exactly greedy decoding (a less likely EOS is never kept as "finished").
+    num_candidates = 2 * k if k > 1 else 1
     initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
     batch_size = tf.shape(initial_ids)[0]
     limits = _decode_lengths(max_decode_lengths, batch_size, max_length)
@@ -338,7 +346,7 @@ def beam_search(
 
         candidate_log_probs = alive_log_probs[:, :, None] + log_probs  # [B, k, V]
         flat_candidates = tf.reshape(candidate_log_probs, [batch_size, k * vocab_size])
-        topk_log_probs, topk_indices = tf.math.top_k(flat_candidates, k=2 * k)  # [B, 2k]
+        topk_log_probs, topk_indices = tf.math.top_k(flat_candidates, k=num_candidates)  # [B, 2k]
         topk_beams = topk_indices // vocab_size
         topk_ids = topk_indices % vocab_size
         topk_seq = tf.gather(alive_seq, topk_beams, axis=1, batch_dims=1)  # [B, 2k, L]

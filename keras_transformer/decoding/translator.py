@@ -20,8 +20,23 @@ Decisions:
 * **Maximum output length** per sentence = source length (tokens, EOS included)
   + ``extra_decode_length`` (50 in Section 6.1), capped by ``max_length``; the
   output includes EOS. EOS is forced when the limit is reached.
-* **Empty / whitespace-only input** (no pieces) is not sent through the model's
-  answer: its translation is ``""``, its score ``0.0``, its ids all 0.
+* **Empty / whitespace-only input** (no pieces, or only whitespace: ASCII
+  ``\s`` such as tabs/newlines and Unicode separators ``\p{Z}`` such as
+  U+00A0 / U+3000, which the SentencePiece model may otherwise keep as pieces)
+  is not sent through the model's answer: its translation is ``""``, its score
+  ``0.0``, its ids all 0.
+* **Invalid UTF-8.** Inputs are transcoded UTF-8 -> UTF-8 in-graph with
+  ``errors="replace"`` (``tf.strings.unicode_transcode``, a core op) before
+  tokenization: every invalid byte sequence becomes U+FFFD (which the
+  SentencePiece model maps to ``unk`` unless it knows it), so invalid bytes
+  translate exactly like the same text with U+FFFD in their place. Outputs get
+  the same treatment, so every returned string is valid UTF-8 (the REST API
+  and JSON clients need it) even for a byte-fallback vocabulary.
+* **No retracing.** The public functions have a ``[None]`` string input
+  signature and the inner numeric functions are traced once with
+  ``[None, None]`` source ids, so new batch sizes and sentence lengths reuse
+  the same graph (XLA still compiles once per distinct shape when
+  ``jit_compile=True``).
 * ``scores`` are the beam-search scores ``log P(Y|X) / lp(Y)`` (Wu et al. 2016
   length penalty; ``log P`` when ``length_penalty == 0``), float32.
 """
@@ -37,6 +52,21 @@ from keras_transformer.decoding.search import beam_search, greedy_search
 __all__ = ["Translator"]
 
 _STRINGS = [tf.TensorSpec([None], tf.string, name="sentences")]
+
+
+def _valid_utf8(strings: tf.Tensor) -> tf.Tensor:
+    """Replaces every invalid UTF-8 sequence by U+FFFD (in-graph, core TF op).
+
+    Args:
+        strings: ``[B]`` ``tf.string``.
+
+    Returns:
+        ``[B]`` ``tf.string``, valid UTF-8; valid input is returned unchanged.
+    """
+    return tf.strings.unicode_transcode(
+        strings, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace",
+        replacement_char=0xFFFD, replace_control_characters=False,
+    )
 
 
 class Translator(tf.Module):
@@ -173,8 +203,10 @@ class Translator(tf.Module):
             ``S <= max_length``), ``max_decode_lengths`` int32 [B] (source
             length + extra_decode_length, capped by max_length), ``truncated``
             bool [B] (more than ``max_length - 1`` pieces) and ``empty`` bool [B]
-            (no pieces).
+            (no pieces or whitespace only).
         """
+        sentences = _valid_utf8(sentences)
+        blank = tf.strings.regex_full_match(sentences, r"[\s\p{Z}]*")
         pieces = self.tokenizer.tokenize(sentences)
         pieces = tf.cast(pieces, tf.int32)
         num_pieces = tf.cast(pieces.row_lengths(), tf.int32)
@@ -190,7 +222,7 @@ class Translator(tf.Module):
             "source_ids": source,
             "max_decode_lengths": max_decode_lengths,
             "truncated": truncated,
-            "empty": tf.equal(num_pieces, 0),
+            "empty": tf.logical_or(tf.equal(num_pieces, 0), blank),
         }
 
     # -- public tf.functions (exported signatures) --------------------------------------
@@ -209,7 +241,7 @@ class Translator(tf.Module):
         out = self.translate_ids(sentences)
         ids = out["output_ids"][:, 0, :]
         return {
-            "translations": self.tokenizer.detokenize(ids),
+            "translations": _valid_utf8(self.tokenizer.detokenize(ids)),
             "scores": out["scores"][:, 0],
             "truncated": out["truncated"],
         }
@@ -229,7 +261,7 @@ class Translator(tf.Module):
         ids = self._greedy_core(inputs["source_ids"], inputs["max_decode_lengths"])
         ids = tf.where(inputs["empty"][:, None], tf.zeros_like(ids), ids)
         return {
-            "translations": self.tokenizer.detokenize(ids),
+            "translations": _valid_utf8(self.tokenizer.detokenize(ids)),
             "output_ids": ids,
             "truncated": inputs["truncated"],
         }

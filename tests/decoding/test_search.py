@@ -152,24 +152,27 @@ def test_beam_size_one_equals_greedy():
     np.testing.assert_allclose(scores.numpy()[0, 0], math.log(0.6 * 0.5 * 0.7), rtol=1e-5)
 
 
-def test_beam_size_one_never_worse_than_greedy_random():
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_size_one_equals_greedy_random(alpha):
+    """beam_size=1 returns greedy's tokens, and the score of that path recomputed in numpy."""
     rng = np.random.default_rng(1)
-    tables = (rng.normal(size=(5, V, V)) * 2).astype(np.float32)
+    tables = (rng.normal(size=(8, V, V)) * 2).astype(np.float32)
     n = len(tables)
-    greedy = greedy_search(markov_fn(tables), bos(n), batch_cache(n), max_length=6, eos_id=EOS).numpy()
-    ids, scores = beam_search(markov_fn(tables), bos(n), batch_cache(n), beam_size=1, length_penalty=0.0,
-                              max_length=6, eos_id=EOS)
-    log_softmax = tables - np.log(np.exp(tables).sum(-1, keepdims=True))
+    limits = tf.constant([6, 2, 3, 6, 1, 5, 6, 4])
+    greedy = greedy_search(markov_fn(tables), bos(n), batch_cache(n), max_length=6, eos_id=EOS,
+                           max_decode_lengths=limits).numpy()
+    ids, scores = beam_search(markov_fn(tables), bos(n), batch_cache(n), beam_size=1, length_penalty=alpha,
+                              max_length=6, eos_id=EOS, max_decode_lengths=limits)
+    np.testing.assert_array_equal(ids.numpy()[:, 0], greedy)
+    log_softmax = tables - np.log(np.exp(tables.astype(np.float64)).sum(-1, keepdims=True))
     for b in range(n):
-        prev, greedy_lp = BOS, 0.0
+        prev, greedy_lp, length = BOS, 0.0, 0
         for tok in greedy[b]:
-            greedy_lp += log_softmax[b, prev, tok]
-            prev = tok
+            greedy_lp += log_softmax[b, prev, tok]  # a forced EOS counts its own log-probability
+            prev, length = tok, length + 1
             if tok == EOS:
                 break
-        # The finished set can only improve on the greedy path (it also keeps
-        # EOS continuations seen on the way); with equal score it is the greedy path.
-        assert scores.numpy()[b, 0] >= greedy_lp - 1e-4
+        np.testing.assert_allclose(scores.numpy()[b, 0], greedy_lp / ((5 + length) / 6) ** alpha, rtol=1e-5)
 
 
 # Greedy follows a (.5) then a, a... ; beam finds b EOS (.4 * .9 = .36).

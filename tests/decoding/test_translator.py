@@ -6,17 +6,11 @@ loop, and beam scores are recomputed from teacher-forced ``model.decode``
 log-probabilities and the length-penalty formula.
 """
 
-import itertools
-
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.config import get_preset
-from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
 from keras_transformer.decoding import Translator
-from keras_transformer.model import Transformer
 
 EOS = 3
 MAX_LENGTH = 20
@@ -25,30 +19,6 @@ SENTENCES = [
     "Two men are playing soccer near a tree.",
     "Ein Mann fährt Fahrrad.",
 ]
-
-
-def read_lines(path, n):
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in itertools.islice(f, n)]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(multi30k_dir, tmp_path_factory):
-    lines = read_lines(multi30k_dir / "train.en", 1000) + read_lines(multi30k_dir / "train.de", 1000)
-    path = train_sentencepiece(lines, tmp_path_factory.mktemp("spm"), vocab_size=300)
-    # Seed BEFORE creating the tokenizer: tf.random.set_seed clears the eager
-    # kernel cache, which destroys tensorflow_text's kernel-owned SentencePiece
-    # resource of tokenizers created earlier.
-    keras.utils.set_random_seed(1234)
-    return SubwordTokenizer(path)
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    config = get_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=32)
-    model = Transformer(**config.model_kwargs())
-    model((tf.constant([[5, 6, EOS]]), tf.constant([[2, 7]])))
-    return model
 
 
 @pytest.fixture(scope="module")
