@@ -7,9 +7,21 @@ Commands:
     SentencePiece vocabulary, train a model (token batches, Eq. 3 schedule,
     label smoothing), score BLEU on test2016 with sacreBLEU, export the
     SavedModel for TF Serving, and translate a few test sentences.
+``train``
+    Vocabulary and model from Multi30k, parallel files or a TSV file, under
+    a ``tf.distribute`` strategy, with XLA, mixed precision and gradient
+    accumulation as asked; re-running the same command after a kill resumes.
+``average-checkpoints``
+    Average the last N checkpoints (Section 6.1).
+``evaluate`` / ``export``
+    Score a test set (sacreBLEU, chrF) / export the TF Serving SavedModel.
 ``translate``
     Translate a file (or stdin) with an exported SavedModel, in batches, with
     a progress bar; writes one translation per input line.
+``plot attention`` / ``plot positional-encoding``
+    Draw the encoder-decoder attention of every head of one decoder layer for
+    a sentence pair (from ``run``'s ``model.keras`` and ``spm.model``), or the
+    sinusoidal positional encoding, to a PNG.
 
 Every command prints what it does and stops with a one-line error (exit
 status 2) on bad input, naming the file or flag at fault.
@@ -67,67 +79,125 @@ def translate_lines(translate_fn, lines: Sequence[str], batch_size: int = 64, de
     return out
 
 
-def _run(args: argparse.Namespace) -> int:
+def _read_pairs(args: argparse.Namespace):
+    """(train, validation or None, test or None) ParallelTexts from the data flags."""
+    from keras_transformer.data.sources import load_multi30k, read_parallel_files, read_tsv_pairs
+
+    data_dir = args.data_dir or _env_data_dir()
+    if getattr(args, "train_source", None) or getattr(args, "train_target", None):
+        if not (args.train_source and args.train_target):
+            raise CliError("give both --train-source and --train-target")
+        print(f"reading {args.train_source} / {args.train_target}", flush=True)
+        train = read_parallel_files(args.train_source, args.train_target, on_error=args.on_error)
+        val = None
+        if args.valid_source or args.valid_target:
+            if not (args.valid_source and args.valid_target):
+                raise CliError("give both --valid-source and --valid-target")
+            val = read_parallel_files(args.valid_source, args.valid_target, on_error=args.on_error)
+        splits = {"train": train, "val": val, "test2016": None}
+    elif getattr(args, "tsv", None):
+        print(f"reading {args.tsv}", flush=True)
+        splits = {"train": read_tsv_pairs(args.tsv, on_error=args.on_error), "val": None, "test2016": None}
+    else:
+        print(f"reading Multi30k en-de from {data_dir or '(download cache)'}", flush=True)
+        splits = {
+            split: load_multi30k(
+                split, data_dir=data_dir, download=not args.no_download, cache_dir=args.cache_dir,
+                on_error=args.on_error,
+            )
+            for split in ("train", "val", "test2016")
+        }
+    for split, limit in (("train", args.limit_train), ("val", args.limit_test), ("test2016", args.limit_test)):
+        pairs = splits[split]
+        if limit and pairs is not None:
+            pairs.sources, pairs.targets = pairs.sources[:limit], pairs.targets[:limit]
+    for split, pairs in splits.items():
+        if pairs is not None:
+            skipped = f" ({pairs.report.summary()})" if pairs.report.skipped else ""
+            print(f"      {split}: {len(pairs)} pairs{skipped}", flush=True)
+    return splits["train"], splits["val"], splits["test2016"]
+
+
+def _save_model_atomically(model, path: pathlib.Path) -> None:
+    """``model.save(path)`` through a temporary file, so a kill never leaves half a model."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    model.save(tmp)
+    os.replace(tmp, path)
+
+
+def _train(args: argparse.Namespace):
+    """Vocabulary, data and training into ``args.model_dir``; returns (model, tokenizer, config, val, test)."""
     import keras
 
     from keras_transformer.config import get_preset
     from keras_transformer.data.pipeline import make_dataset, prepare_pairs
-    from keras_transformer.data.sources import load_multi30k
     from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
-    from keras_transformer.decoding.translator import Translator
-    from keras_transformer.evaluation import score_corpus
-    from keras_transformer.export import export_saved_model
-    from keras_transformer.training.trainer import build_model, compile_model, fit, get_strategy
+    from keras_transformer.training import checkpoints
+    from keras_transformer.training.trainer import (
+        build_model,
+        compile_model,
+        default_jit_compile,
+        fit,
+        get_strategy,
+        set_precision,
+    )
 
-    keras.utils.set_random_seed(args.seed)
-    out = pathlib.Path(args.output_dir)
+    keras.utils.set_random_seed(args.seed)  # before any tokenizer exists (tensorflow_text resource)
+    out = pathlib.Path(args.model_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data_dir = args.data_dir or _env_data_dir()
-
-    print(f"[1/6] reading Multi30k en-de from {data_dir or '(download cache)'}", flush=True)
-    splits = {
-        split: load_multi30k(split, data_dir=data_dir, download=not args.no_download, cache_dir=args.cache_dir)
-        for split in ("train", "val", "test2016")
-    }
-    for split, limit in (("train", args.limit_train), ("val", args.limit_test), ("test2016", args.limit_test)):
-        if limit:
-            pairs = splits[split]
-            pairs.sources, pairs.targets = pairs.sources[:limit], pairs.targets[:limit]
-    for split, pairs in splits.items():
-        print(f"      {split}: {len(pairs)} pairs", flush=True)
+    train_pairs, val_pairs, test_pairs = _read_pairs(args)
 
     spm_path = out / "spm.model"
     if spm_path.exists():
-        print(f"[2/6] reusing the shared vocabulary {spm_path}", flush=True)
+        print(f"reusing the shared vocabulary {spm_path}", flush=True)
     else:
-        print(f"[2/6] training a shared SentencePiece vocabulary of {args.vocab_size} pieces", flush=True)
-        train_sentencepiece(
-            [splits["train"].sources, splits["train"].targets], str(out / "spm"), vocab_size=args.vocab_size
-        )
+        print(f"training a shared SentencePiece vocabulary of {args.vocab_size} pieces (Section 3.4)", flush=True)
+        train_sentencepiece([train_pairs.sources, train_pairs.targets], str(out / "spm"), vocab_size=args.vocab_size)
     tokenizer = SubwordTokenizer(str(spm_path))
 
     overrides = {"vocab_size": tokenizer.vocab_size}
-    if args.batch_tokens:
-        overrides["batch_tokens"] = args.batch_tokens
+    for flag in ("batch_tokens", "warmup_steps", "dropout_rate", "max_length"):
+        if getattr(args, flag, None):
+            overrides[flag] = getattr(args, flag)
     config = get_preset(args.preset, **overrides)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n", encoding="utf-8")
+    config_path = out / "config.json"
+    record = {"preset": args.preset, "config": config.to_dict(), "vocab_sha256": tokenizer.vocab_sha256}
+    if config_path.exists():
+        previous = json.loads(config_path.read_text(encoding="utf-8"))
+        if previous != record:
+            raise CliError(
+                f"{config_path} holds another configuration or vocabulary than this command's; "
+                "use a new --model-dir (or delete the old one) instead of resuming it"
+            )
+    checkpoints.atomic_write_text(config_path, json.dumps(record, indent=2) + "\n")
 
-    train = prepare_pairs(splits["train"].sources, splits["train"].targets, tokenizer, config.max_length)
-    val = prepare_pairs(splits["val"].sources, splits["val"].targets, tokenizer, config.max_length)
+    train = prepare_pairs(train_pairs.sources, train_pairs.targets, tokenizer, config.max_length, args.length_policy)
     print(f"      train: {train.report.summary()}", flush=True)
     train_ds = make_dataset(train, batch_tokens=config.batch_tokens, shuffle=True, seed=args.seed)
-    val_ds = make_dataset(val, batch_tokens=config.batch_tokens, shuffle=False)
+    val_ds = None
+    if val_pairs is not None:
+        val = prepare_pairs(val_pairs.sources, val_pairs.targets, tokenizer, config.max_length, args.length_policy)
+        val_ds = make_dataset(val, batch_tokens=config.batch_tokens, shuffle=False)
 
+    jit_compile = default_jit_compile() if args.jit_compile is None else args.jit_compile
+    set_precision(args.precision)
     print(
-        f"[3/6] training preset {args.preset!r} (N={config.num_layers}, d_model={config.d_model}, "
-        f"h={config.num_heads}, dff={config.dff}) for {args.epochs} epochs"
-        + (f", at most {args.max_train_minutes:g} min" if args.max_train_minutes else ""),
+        f"training preset {args.preset!r} (N={config.num_layers}, d_model={config.d_model}, h={config.num_heads}, "
+        f"dff={config.dff}, P_drop={config.dropout_rate}, {config.batch_tokens} tokens/batch) for {args.epochs} "
+        f"epochs" + (f", at most {args.max_train_minutes:g} min" if args.max_train_minutes else "")
+        + f"; XLA {'on' if jit_compile else 'off'}, precision {args.precision or 'float32'}",
         flush=True,
     )
     strategy = get_strategy(args.strategy)
     with strategy.scope():
         model = build_model(config)
-        compile_model(model, config, jit_compile=args.jit_compile, learning_rate_scale=args.learning_rate_scale)
+        compile_model(
+            model,
+            config,
+            jit_compile=jit_compile,
+            learning_rate_scale=args.learning_rate_scale,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+        )
     start = time.monotonic()
     fit(
         model,
@@ -135,37 +205,76 @@ def _run(args: argparse.Namespace) -> int:
         model_dir=out,
         epochs=args.epochs,
         validation_data=val_ds,
+        save_freq=args.save_freq,
+        keep_checkpoints=max(config.checkpoint_average, args.average_last or 0),
         max_train_seconds=args.max_train_minutes * 60 if args.max_train_minutes else None,
         verbose=2,
     )
-    train_minutes = (time.monotonic() - start) / 60
-    model.save(out / "model.keras")
-    print(f"      trained in {train_minutes:.1f} min; saved {out / 'model.keras'}", flush=True)
+    minutes = (time.monotonic() - start) / 60
+    if args.average_last and args.average_last > 1:
+        _average_into(model, out, args.average_last)
+    _save_model_atomically(model, out / "model.keras")
+    print(f"      trained in {minutes:.1f} min; saved {out / 'model.keras'}", flush=True)
+    return model, tokenizer, config, val_pairs, test_pairs, minutes
+
+
+def _average_into(model, model_dir: pathlib.Path, last: int) -> None:
+    """Loads into ``model`` the average of the last ``last`` checkpoints (Section 6.1)."""
+    from keras_transformer.training import checkpoints
+
+    paths = checkpoints.list_checkpoints(model_dir / "checkpoints")[-last:]
+    if len(paths) < 2:
+        print(f"      {len(paths)} checkpoint(s) in {model_dir / 'checkpoints'}: nothing to average", flush=True)
+        return
+    averaged = checkpoints.average_checkpoints(paths, model_dir / "averaged.weights.h5")
+    model.load_weights(averaged)
+    names = ", ".join(pathlib.Path(p).name for p in paths)
+    print(f"      averaged the last {len(paths)} checkpoints ({names}) into {averaged}", flush=True)
+
+
+def _make_translator(model, tokenizer, config, beam_size: int):
+    from keras_transformer.decoding.translator import Translator
 
     translator = Translator(
         model,
         tokenizer,
         max_length=config.max_length,
         extra_decode_length=config.extra_decode_length,
-        beam_size=args.beam_size,
+        beam_size=beam_size,
         length_penalty=config.length_penalty,
     )
-    translate_fn = translator.translate if args.beam_size > 1 else translator.translate_greedy
-    search = f"beam search (beam {args.beam_size}, alpha {config.length_penalty})" if args.beam_size > 1 else "greedy search"
-    print(f"[4/6] translating Multi30k test2016 ({len(splits['test2016'])} sentences) with {search}", flush=True)
-    hypotheses = translate_lines(translate_fn, splits["test2016"].sources, batch_size=args.eval_batch_size)
-    scores = score_corpus(hypotheses, splits["test2016"].targets)
-    (out / "test2016.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    print(f"      Multi30k test2016 en-de:\n      " + str(scores).replace("\n", "\n      "), flush=True)
+    translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
+    search = f"beam search (beam {beam_size}, alpha {config.length_penalty})" if beam_size > 1 else "greedy search"
+    return translator, translate_fn, search
 
-    print(f"[5/6] exporting the SavedModel", flush=True)
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    _train(args)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from keras_transformer.evaluation import score_corpus
+    from keras_transformer.export import export_saved_model
+
+    args.model_dir = args.output_dir
+    out = pathlib.Path(args.output_dir)
+    print("[1/4] vocabulary, data and training", flush=True)
+    model, tokenizer, config, _, test, train_minutes = _train(args)
+
+    translator, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size)
+    print(f"[2/4] translating Multi30k test2016 ({len(test)} sentences) with {search}", flush=True)
+    hypotheses = translate_lines(translate_fn, test.sources, batch_size=args.eval_batch_size)
+    scores = score_corpus(hypotheses, test.targets)
+    (out / "test2016.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    print("      Multi30k test2016 en-de:\n      " + str(scores).replace("\n", "\n      "), flush=True)
+
+    print("[3/4] exporting the SavedModel", flush=True)
     export_path = export_saved_model(translator, out / "export", version=1, overwrite=True)
     print(f"      {export_path}  (signature serving_default: 1-D tf.string -> translations)", flush=True)
 
-    print(f"[6/6] a few test sentences:", flush=True)
-    for source, hypothesis, reference in list(
-        zip(splits["test2016"].sources, hypotheses, splits["test2016"].targets)
-    )[: args.num_examples]:
+    print("[4/4] a few test sentences:", flush=True)
+    for source, hypothesis, reference in list(zip(test.sources, hypotheses, test.targets))[: args.num_examples]:
         print(f"  EN:  {source}\n  DE:  {hypothesis}\n  REF: {reference}\n", flush=True)
     summary = {
         "bleu": round(scores.bleu, 2),
@@ -177,6 +286,77 @@ def _run(args: argparse.Namespace) -> int:
         "saved_model": export_path,
     }
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _load_trained(model_dir: str):
+    """(model, tokenizer, config) from a --model-dir written by ``train`` or ``run``."""
+    import keras
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.tokenizer import SubwordTokenizer
+
+    folder = pathlib.Path(model_dir)
+    missing = [str(folder / n) for n in ("model.keras", "spm.model", "config.json") if not (folder / n).is_file()]
+    if missing:
+        raise CliError(f"missing {', '.join(missing)} (written by `keras-transformer train` or `run`)")
+    record = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = TransformerConfig(**record["config"])
+    tokenizer = SubwordTokenizer(str(folder / "spm.model"))
+    tokenizer.check_vocabulary(record["vocab_sha256"])
+    model = keras.saving.load_model(folder / "model.keras")
+    return model, tokenizer, config
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from keras_transformer.data.sources import read_parallel_files
+    from keras_transformer.evaluation import score_corpus
+
+    pairs = read_parallel_files(args.source, args.reference)
+    model, tokenizer, config = _load_trained(args.model_dir)
+    _, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size)
+    print(f"translating {args.source} ({len(pairs)} sentences) with {search}", flush=True)
+    hypotheses = translate_lines(translate_fn, pairs.sources, batch_size=args.batch_size)
+    if args.output:
+        pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    print(score_corpus(hypotheses, pairs.targets), flush=True)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.export import export_saved_model
+
+    model, tokenizer, config = _load_trained(args.model_dir)
+    translator = Translator(
+        model,
+        tokenizer,
+        max_length=config.max_length,
+        extra_decode_length=config.extra_decode_length,
+        beam_size=args.beam_size,
+        length_penalty=config.length_penalty,
+        jit_compile=args.xla,
+    )
+    path = export_saved_model(translator, args.export_dir, version=args.version, overwrite=args.overwrite)
+    print(f"exported {path} (XLA-compiled search: {'yes' if args.xla else 'no'})", flush=True)
+    return 0
+
+
+def _cmd_average(args: argparse.Namespace) -> int:
+    from keras_transformer.training import checkpoints
+
+    folder = pathlib.Path(args.model_dir)
+    paths = checkpoints.list_checkpoints(folder / "checkpoints")
+    if len(paths) < args.last:
+        raise CliError(f"{folder / 'checkpoints'} holds {len(paths)} checkpoints; --last {args.last} needs that many")
+    output = args.output or str(folder / "averaged.weights.h5")
+    checkpoints.average_checkpoints(paths[-args.last :], output)
+    print(f"averaged {', '.join(pathlib.Path(p).name for p in paths[-args.last:])} into {output}", flush=True)
+    if args.save_model:
+        model, _, _ = _load_trained(args.model_dir)
+        model.load_weights(output)
+        _save_model_atomically(model, folder / "model.keras")
+        print(f"saved the averaged model as {folder / 'model.keras'}", flush=True)
     return 0
 
 
@@ -204,6 +384,28 @@ def _translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from keras_transformer import visualization
+
+    if args.kind == "attention":
+        model, tokenizer = visualization.load_model_and_tokenizer(args.model_dir)
+        result = visualization.plot_attention_heads(
+            model, tokenizer, args.source, args.target, layer=args.layer, path=args.output
+        )
+        heads, t_len, s_len = result.weights.shape
+        if args.target is None:
+            print(f"greedy translation: {result.target}", flush=True)
+        print(
+            f"wrote {result.path}: encoder-decoder attention of decoder layer {result.layer} "
+            f"(0-based), {heads} heads, {t_len} target x {s_len} source pieces",
+            flush=True,
+        )
+    else:
+        result = visualization.plot_positional_encoding(args.d_model, args.length, path=args.output)
+        print(f"wrote {result.path}: sinusoidal positional encoding [{args.length}, {args.d_model}]", flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``keras-transformer`` (see the module docstring)."""
     parser = argparse.ArgumentParser(
@@ -211,30 +413,95 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def add_data_flags(p, files: bool):
+        p.add_argument("--data-dir", help="folder holding multi30k/ (default: $KERAS_TRANSFORMER_DATA)")
+        p.add_argument("--cache-dir", help="where a downloaded Multi30k goes (default: ~/.cache/keras_transformer)")
+        p.add_argument("--no-download", action="store_true", help="never download; fail if the files are missing")
+        if files:
+            p.add_argument("--train-source", help="training source file (plain or .gz), instead of Multi30k")
+            p.add_argument("--train-target", help="training target file, line-aligned with --train-source")
+            p.add_argument("--valid-source", help="validation source file")
+            p.add_argument("--valid-target", help="validation target file")
+            p.add_argument("--tsv", help="a TSV file of source<TAB>target pairs, instead of Multi30k")
+        p.add_argument(
+            "--on-error", choices=("raise", "skip"), default="raise",
+            help="bad lines (empty side, invalid UTF-8): stop with an error naming file and line, or skip and count",
+        )
+        p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (0: all)")
+        p.add_argument("--limit-test", type=int, default=0, help="use only the first N validation/test pairs (0: all)")
+
+    def add_training_flags(p, epochs: int, minutes: float, average_last: int):
+        p.add_argument("--preset", default="small", help="model preset: tiny, small, base, big (default: small)")
+        p.add_argument("--vocab-size", type=int, default=8000, help="shared SentencePiece vocabulary size")
+        p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: the preset's)")
+        p.add_argument("--warmup-steps", type=int, default=None, help="Eq. 3 warmup (default: the preset's)")
+        p.add_argument("--dropout-rate", type=float, default=None, help="P_drop (default: the preset's)")
+        p.add_argument("--max-length", type=int, default=None, help="longest sequence in tokens (default: preset's)")
+        p.add_argument(
+            "--length-policy", choices=("drop", "truncate"), default="drop",
+            help="what to do with pairs longer than --max-length (reported either way)",
+        )
+        p.add_argument("--epochs", type=int, default=epochs, help=f"passes over the training data (default {epochs})")
+        p.add_argument(
+            "--max-train-minutes", type=float, default=minutes,
+            help=f"stop training after this many minutes (0: no limit; default {minutes:g})",
+        )
+        p.add_argument("--learning-rate-scale", type=float, default=1.0, help="multiplies the Eq. 3 learning rate")
+        p.add_argument("--gradient-accumulation-steps", type=int, default=None, help="batches per update")
+        p.add_argument("--save-freq", type=int, default=None, help="checkpoint every N batches (default: each epoch)")
+        p.add_argument(
+            "--average-last", type=int, default=average_last,
+            help=f"average the last N checkpoints at the end (Section 6.1; 0 or 1: no; default {average_last})",
+        )
+        xla = p.add_mutually_exclusive_group()
+        xla.add_argument("--jit-compile", dest="jit_compile", action="store_true", default=None, help="XLA on")
+        xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", help="XLA off")
+        p.add_argument(
+            "--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"), default=None,
+            help="mixed_float16 (GPU, with loss scaling) or mixed_bfloat16; default float32",
+        )
+        p.add_argument("--strategy", default="auto", help="auto, mirrored, multi_worker (TF_CONFIG) or default")
+        p.add_argument("--seed", type=int, default=0)
+
     run = sub.add_parser("run", help="train, evaluate, export and translate on Multi30k en-de in one go")
-    run.add_argument("--data-dir", help="folder holding multi30k/ (default: $KERAS_TRANSFORMER_DATA)")
-    run.add_argument("--cache-dir", help="where a downloaded Multi30k goes (default: ~/.cache/keras_transformer)")
-    run.add_argument("--no-download", action="store_true", help="never download; fail if the files are missing")
+    add_data_flags(run, files=False)
     run.add_argument("--output-dir", default="runs/multi30k", help="vocabulary, checkpoints, model and export")
-    run.add_argument("--preset", default="small", help="model preset: tiny, small, base, big (default: small)")
-    run.add_argument("--vocab-size", type=int, default=8000, help="shared SentencePiece vocabulary size")
-    run.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: the preset's)")
-    run.add_argument("--epochs", type=int, default=3, help="passes over the training data")
-    run.add_argument(
-        "--max-train-minutes", type=float, default=6.0, help="stop training after this many minutes (0: no limit)"
-    )
-    run.add_argument("--learning-rate-scale", type=float, default=1.0, help="multiplies the Eq. 3 learning rate")
+    add_training_flags(run, epochs=20, minutes=6.0, average_last=0)
     run.add_argument("--beam-size", type=int, default=4, help="beam size for test2016 (1: greedy)")
     run.add_argument("--eval-batch-size", type=int, default=128, help="sentences per translation batch")
-    run.add_argument("--jit-compile", action="store_true", help="compile the train step with XLA")
-    run.add_argument("--strategy", default="auto", help="auto, mirrored, multi_worker or default")
     run.add_argument("--num-examples", type=int, default=5, help="test sentences to print")
-    run.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (0: all)")
-    run.add_argument(
-        "--limit-test", type=int, default=0, help="use only the first N validation and test pairs (0: all)"
-    )
-    run.add_argument("--seed", type=int, default=0)
     run.set_defaults(func=_run)
+
+    train = sub.add_parser("train", help="train a vocabulary and a model (resumes when re-run after a kill)")
+    train.add_argument("--model-dir", required=True, help="vocabulary, config, checkpoints, logs and model.keras")
+    add_data_flags(train, files=True)
+    add_training_flags(train, epochs=20, minutes=0.0, average_last=0)
+    train.set_defaults(func=_cmd_train)
+
+    average = sub.add_parser("average-checkpoints", help="average the last N checkpoints (Section 6.1)")
+    average.add_argument("--model-dir", required=True, help="the --model-dir of train (or --output-dir of run)")
+    average.add_argument("--last", type=int, default=5, help="how many (the paper: 5 for base, 20 for big)")
+    average.add_argument("--output", help="default: <model-dir>/averaged.weights.h5")
+    average.add_argument("--save-model", action="store_true", help="also replace <model-dir>/model.keras with it")
+    average.set_defaults(func=_cmd_average)
+
+    evaluate = sub.add_parser("evaluate", help="translate a test set with a trained model and score BLEU/chrF")
+    evaluate.add_argument("--model-dir", required=True)
+    evaluate.add_argument("--source", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned")
+    evaluate.add_argument("--output", help="write the translations here")
+    evaluate.add_argument("--beam-size", type=int, default=4, help="1: greedy")
+    evaluate.add_argument("--batch-size", type=int, default=128)
+    evaluate.set_defaults(func=_cmd_evaluate)
+
+    export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel")
+    export.add_argument("--model-dir", required=True)
+    export.add_argument("--export-dir", required=True, help="TF Serving base path; the model goes to <dir>/<version>")
+    export.add_argument("--version", type=int, default=1)
+    export.add_argument("--beam-size", type=int, default=4)
+    export.add_argument("--xla", action="store_true", help="XLA-compiled search (serve with --xla_cpu_compilation_enabled)")
+    export.add_argument("--overwrite", action="store_true")
+    export.set_defaults(func=_cmd_export)
 
     tr = sub.add_parser("translate", help="translate a file or stdin with an exported SavedModel")
     tr.add_argument("--saved-model", required=True, help="the version folder, e.g. runs/multi30k/export/1")
@@ -243,6 +510,23 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--signature", default="serving_default")
     tr.add_argument("--batch-size", type=int, default=64)
     tr.set_defaults(func=_translate)
+
+    plot = sub.add_parser("plot", help="draw attention heads or the positional encoding to a PNG")
+    kinds = plot.add_subparsers(dest="kind", required=True)
+    att = kinds.add_parser(
+        "attention", help="encoder-decoder attention of every head of one decoder layer, for one sentence pair"
+    )
+    att.add_argument("--model-dir", default="runs/multi30k", help="the --output-dir of `run` (model.keras, spm.model)")
+    att.add_argument("--source", required=True, help="the source sentence")
+    att.add_argument("--target", default=None, help="the target sentence (default: the model's greedy translation)")
+    att.add_argument("--layer", type=int, default=-1, help="decoder layer, negative counts from the end (default: -1)")
+    att.add_argument("--output", default="attention.png", help="the PNG to write")
+    att.set_defaults(func=_plot)
+    pe = kinds.add_parser("positional-encoding", help="the sinusoid matrix of Section 3.5")
+    pe.add_argument("--d-model", type=int, default=256, help="encoding width (even)")
+    pe.add_argument("--length", type=int, default=100, help="number of positions")
+    pe.add_argument("--output", default="positional_encoding.png", help="the PNG to write")
+    pe.set_defaults(func=_plot)
     return parser
 
 

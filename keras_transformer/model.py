@@ -551,6 +551,50 @@ class Transformer(keras.Model):
         )
         return self._logits(y)
 
+    def attention_weights(self, source_ids, target_in_ids):
+        """Encoder-decoder (cross) attention weights of every decoder layer (Section 3.2.3).
+
+        Runs the model as :meth:`call` does at inference (``training=False``,
+        teacher forcing over ``target_in_ids``) and returns, for each decoder
+        layer, the weights of its multi-head attention over the encoder output.
+        Does not change the model or its outputs.
+
+        Args:
+            source_ids: int tensor ``[batch, S]`` (pieces + EOS, 0-padded).
+            target_in_ids: int tensor ``[batch, T]`` (BOS + pieces, 0-padded).
+
+        Returns:
+            dict ``{"layer_0": w_0, ..., "layer_{N-1}": w_{N-1}}`` of float32
+            tensors ``[batch, num_heads, T, S]``: ``w[b, h, t, s]`` is the weight
+            head ``h`` gives source position ``s`` when computing target
+            position ``t``. Rows sum to 1 over the real source positions;
+            padded source positions get exactly 0.
+
+        Raises:
+            ValueError: with learned positions, for a sequence longer than
+                ``max_length``.
+        """
+        if not self.built:
+            self.build()
+        source_ids = ops.cast(source_ids, "int32")
+        target_in_ids = ops.cast(target_in_ids, "int32")
+        encoder_outputs = self.encode(source_ids, training=False)
+        source_mask = ops.not_equal(source_ids, 0)
+        target_mask = ops.not_equal(target_in_ids, 0)
+        y = self._target_embedding()(target_in_ids, training=False)
+        weights = {}
+        for i, layer in enumerate(self.decoder.decoder_layers):
+            y, layer_weights = layer(
+                y,
+                encoder_outputs,
+                padding_mask=target_mask,
+                encoder_padding_mask=source_mask,
+                return_attention_scores=True,
+                training=False,
+            )
+            weights[f"layer_{i}"] = ops.cast(layer_weights, "float32")
+        return weights
+
     def init_cache(self, encoder_outputs, source_ids, max_length: int):
         """The incremental-decoding cache (layout in the module docstring).
 

@@ -480,7 +480,7 @@ class SubwordTokenizer(tf.Module):
 
     def id_to_piece(self, ids: tf.Tensor) -> tf.Tensor:
         """Ids -> their pieces (e.g. ``"▁dog"``), same shape, ``tf.string``."""
-        return self._tokenizer.id_to_string(tf.cast(ids, tf.int32))
+        return self._eager_retry(lambda: self._tokenizer.id_to_string(tf.cast(ids, tf.int32)))
 
     # -- python convenience (not for graphs) ---------------------------------------------
     def encode(self, sentences: list[str]) -> list[list[int]]:
