@@ -24,7 +24,11 @@ Two steps:
    once (no repeat; call ``.repeat()`` yourself).
 
 Padding widths come from a small fixed set (:func:`bucket_widths`, about 10%
-apart), so XLA sees a bounded number of shapes and padding stays low.
+apart), so padding stays low; with ``padding="fixed"`` every batch of bucket
+``w`` has the shape ``[batch_tokens // w, w]`` on both sides (all-0 padding
+rows), so XLA compiles at most once per bucket. Each epoch is planned at once
+from a shuffled index permutation (the batches ``group_by_window`` would emit)
+and each batch is gathered from the in-memory ids in one op.
 """
 
 from __future__ import annotations
@@ -269,6 +273,58 @@ def _shift_right(target_out: tf.Tensor) -> tf.Tensor:
     return tf.where(tf.equal(shifted, EOS_ID), tf.zeros_like(shifted), shifted)
 
 
+PADDING_MODES = ("bucket", "batch", "fixed")
+
+
+def _batch_plan(
+    permutation: tf.Tensor, bucket_of: tf.Tensor, sizes: tf.Tensor, drop_remainder: bool
+) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """The batches of one epoch, as ``group_by_window`` would emit them, computed at once.
+
+    Pairs arrive in ``permutation`` order; pair ``i`` joins bucket
+    ``bucket_of[i]``, whose batch is emitted as soon as it holds
+    ``sizes[bucket]`` pairs; at the end the incomplete batches are emitted in
+    increasing bucket order (``tf.data``'s ``group_by_window`` semantics).
+
+    Args:
+        permutation: ``[N]`` ``int64`` pair indices in arrival order.
+        bucket_of: ``[num_pairs]`` ``int64`` bucket of each pair.
+        sizes: ``[num_buckets]`` ``int64`` pairs per full batch of each bucket.
+        drop_remainder: leave out the incomplete batches.
+
+    Returns:
+        ``(indices, keys)``: ``tf.RaggedTensor`` ``[num_batches, None]``
+        ``int64`` pair indices per batch (in arrival order) and ``[num_batches]``
+        ``int64`` bucket of each batch, in emission order.
+    """
+    n = tf.size(permutation, out_type=tf.int64)
+    keys = tf.gather(bucket_of, permutation)
+    order = tf.argsort(keys, stable=True)  # arrival positions grouped by bucket, in arrival order
+    sorted_keys = tf.gather(keys, order)
+    counts = tf.math.bincount(tf.cast(keys, tf.int32), minlength=tf.size(sizes), dtype=tf.int64)
+    rank = tf.range(n, dtype=tf.int64) - tf.gather(tf.cumsum(counts, exclusive=True), sorted_keys)
+    size = tf.gather(sizes, sorted_keys)
+    segment = tf.cumsum(tf.cast(tf.equal(rank % size, 0), tf.int64)) - 1  # one segment per batch
+    num_batches = tf.maximum(tf.reduce_max(segment) + 1, 0)  # 0 for an empty epoch
+    positions = tf.cast(order, tf.int64)
+    last = tf.math.unsorted_segment_max(positions, segment, num_batches)
+    batch_keys = tf.math.unsorted_segment_max(sorted_keys, segment, num_batches)
+    lengths = tf.math.unsorted_segment_sum(tf.ones_like(segment), segment, num_batches)
+    full = tf.equal(lengths, tf.gather(sizes, batch_keys))
+    # A full batch leaves when its last pair arrives; the rest at the end, by bucket.
+    emitted = tf.argsort(tf.where(full, last, n + batch_keys), stable=True)
+    indices = tf.RaggedTensor.from_value_rowids(tf.gather(permutation, order), segment, nrows=num_batches)
+    indices, batch_keys, full = (tf.gather(x, emitted) for x in (indices, batch_keys, full))
+    if drop_remainder:
+        indices, batch_keys = tf.ragged.boolean_mask(indices, full), tf.boolean_mask(batch_keys, full)
+    return indices, batch_keys
+
+
+def _fixed_rows(rows: int, num_replicas: int) -> int:
+    """``rows`` rounded down to a multiple of ``num_replicas`` (at least ``num_replicas``)."""
+    return max(rows // num_replicas, 1) * num_replicas
+
+
 def make_dataset(
     prepared: PreparedPairs,
     batch_tokens: int | None = None,
@@ -282,6 +338,7 @@ def make_dataset(
     deterministic: bool = True,
     drop_remainder: bool = False,
     prefetch: bool = True,
+    num_replicas: int = 1,
 ) -> tf.data.Dataset:
     """Batched training/evaluation data (Section 5.1: batches by approximate length).
 
@@ -289,8 +346,23 @@ def make_dataset(
     smallest width ``w >= max(len(source), len(target))``; bucket ``w`` emits
     batches of ``batch_tokens // w`` pairs, so every batch satisfies
     ``B * max(S, T) <= batch_tokens`` including padding (the last batch of a
-    bucket in an epoch may be smaller). Fixed batches (``batch_size``): the
-    paper-less baseline, ``batch_size`` pairs in shuffled order.
+    bucket in an epoch may be smaller, except with ``padding="fixed"``, which
+    pads it with all-0 rows). Fixed batches (``batch_size``): the paper-less
+    baseline, ``batch_size`` pairs in shuffled order.
+
+    The batches of an epoch are planned at once from a shuffled index
+    permutation (the same batches, in the same order, as
+    ``shuffle(...).group_by_window(...)`` over the pairs), then each batch is
+    gathered from the in-memory ids in one vectorized op.
+
+    Shapes per epoch (what XLA compiles for): ``"batch"`` up to one per batch;
+    ``"bucket"`` a few per width (source and target widths differ and last
+    batches are smaller); ``"fixed"`` exactly one per non-empty bucket,
+    ``[B_w, w]`` on both sides with ``B_w = batch_tokens // w`` (rounded down
+    to a multiple of ``num_replicas``, at least ``num_replicas``), or
+    ``[batch_size, w]`` for fixed batches. Padding rows are all 0 (no real
+    target token), so the token-normalized loss and its gradients are those of
+    the real rows.
 
     Args:
         prepared: output of :func:`prepare_pairs`.
@@ -300,16 +372,21 @@ def make_dataset(
         widths: padding widths / bucket upper bounds (increasing); default
             :func:`bucket_widths` up to the longest prepared sequence.
         padding: ``"bucket"``: each side is padded to the smallest width in
-            ``widths`` that fits its batch (a bounded set of shapes for XLA);
-            ``"batch"``: to the longest sequence of the batch.
+            ``widths`` that fits its batch; ``"batch"``: to the longest
+            sequence of the batch; ``"fixed"``: both sides to the bucket's
+            width and the rows to the bucket's batch size (one shape per
+            bucket, for XLA).
         shuffle: shuffle pairs (seeded, reshuffled each epoch).
         seed: shuffle seed.
         shuffle_buffer_size: default: all pairs (a full shuffle).
-        cache: cache the unbatched pairs in memory (``True``) or a file path.
+        cache: accepted for compatibility; has no effect (the ids already
+            live in memory and every epoch is planned from them).
         deterministic: fixed element order for a seed (``tf.data`` option).
         drop_remainder: drop incomplete batches (then not every pair is
             yielded each epoch).
         prefetch: add ``prefetch(AUTOTUNE)``.
+        num_replicas: with ``padding="fixed"``, batch sizes are multiples of
+            it (equal per-replica shapes under a ``tf.distribute`` strategy).
 
     Returns:
         A finite ``tf.data.Dataset`` of ``((source_ids [B,S] int32,
@@ -319,16 +396,22 @@ def make_dataset(
     Raises:
         ValueError: unless exactly one of ``batch_tokens``/``batch_size`` is
             given, when ``batch_tokens`` is smaller than the largest width, or
-            for an unknown ``padding`` or non-increasing ``widths``.
+            for an unknown ``padding``, non-increasing ``widths`` or
+            ``num_replicas < 1``.
     """
+    del cache  # see Args
     if (batch_tokens is None) == (batch_size is None):
         raise ValueError("give exactly one of batch_tokens (token batches) or batch_size (fixed batches)")
-    if padding not in ("bucket", "batch"):
-        raise ValueError(f"padding must be 'bucket' or 'batch', got {padding!r}")
-    longest = max(
-        int(tf.reduce_max(prepared.source_ids.row_lengths())) if len(prepared) else 1,
-        int(tf.reduce_max(prepared.target_ids.row_lengths())) if len(prepared) else 1,
-    )
+    if padding not in PADDING_MODES:
+        raise ValueError(f"padding must be one of {PADDING_MODES}, got {padding!r}")
+    if not isinstance(num_replicas, int) or num_replicas < 1:
+        raise ValueError(f"num_replicas must be a positive integer, got {num_replicas!r}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size!r}")
+    num_pairs = len(prepared)
+    source_lengths = prepared.source_ids.row_lengths().numpy()
+    target_lengths = prepared.target_ids.row_lengths().numpy()
+    longest = max(int(source_lengths.max()) if num_pairs else 1, int(target_lengths.max()) if num_pairs else 1)
     if widths is None:
         widths = bucket_widths(max(longest, 1), min_width=min(8, longest))
     widths = [int(w) for w in widths]
@@ -338,42 +421,58 @@ def make_dataset(
         raise ValueError(f"the largest width {widths[-1]} is shorter than the longest prepared sequence ({longest})")
     widths_t = tf.constant(widths, tf.int32)
 
-    # Elements are (source, target_out); target_in is derived per batch (vectorized).
-    dataset = tf.data.Dataset.from_tensor_slices((prepared.source_ids, prepared.target_ids))
-    # Rows of a ragged tensor come as rank-0-ragged specs; make them plain tensors.
-    dataset = dataset.map(lambda s, t: (tf.identity(s), tf.identity(t)), num_parallel_calls=tf.data.AUTOTUNE)
-    if cache:
-        dataset = dataset.cache("" if cache is True else cache)
-    if shuffle:
-        buffer = shuffle_buffer_size or max(len(prepared), 1)
-        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    padded_shapes = ([None], [None])
-
     if batch_tokens is not None:
         if batch_tokens < widths[-1]:
             raise ValueError(
                 f"batch_tokens={batch_tokens} is smaller than the largest width {widths[-1]}: "
                 "a batch could not hold one pair"
             )
-        sizes_t = tf.constant([batch_tokens // w for w in widths], tf.int64)
-
-        def key_fn(source, target_out):
-            length = tf.maximum(tf.size(source), tf.size(target_out))
-            return tf.cast(tf.searchsorted(widths_t, tf.reshape(length, [1]), side="left")[0], tf.int64)
-
-        def reduce_fn(key, window):
-            return window.padded_batch(
-                tf.gather(sizes_t, key), padded_shapes=padded_shapes, drop_remainder=drop_remainder
-            )
-
-        dataset = dataset.group_by_window(key_fn, reduce_fn, window_size_func=lambda key: tf.gather(sizes_t, key))
+        sizes = [batch_tokens // w for w in widths]
+        if padding == "fixed":
+            sizes = [_fixed_rows(size, num_replicas) for size in sizes]
+        pair_longest = np.maximum(source_lengths, target_lengths)
+        bucket_of = np.searchsorted(np.asarray(widths), pair_longest, side="left").astype(np.int64)
     else:
-        dataset = dataset.padded_batch(batch_size, padded_shapes=padded_shapes, drop_remainder=drop_remainder)
+        sizes = [batch_size]
+        bucket_of = np.zeros([num_pairs], np.int64)
+    sizes_t = tf.constant(sizes, tf.int64)
+    bucket_of_t = tf.constant(bucket_of, tf.int64)
+    source_ids, target_ids = prepared.source_ids, prepared.target_ids
 
-    def to_model_inputs(source, target_out):
+    # One element per epoch: the arrival order of the pairs (the permutation
+    # shuffle(...) would apply to them, fresh each epoch).
+    order = tf.data.Dataset.range(num_pairs)
+    if shuffle:
+        buffer = shuffle_buffer_size or max(num_pairs, 1)
+        order = order.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    order = order.batch(max(num_pairs, 1))
+    dataset = order.flat_map(
+        lambda permutation: tf.data.Dataset.from_tensor_slices(
+            _batch_plan(permutation, bucket_of_t, sizes_t, drop_remainder)
+        )
+    )
+
+    def to_model_inputs(indices, key):
+        source = tf.gather(source_ids, indices).to_tensor(default_value=PAD_ID)
+        target_out = tf.gather(target_ids, indices).to_tensor(default_value=PAD_ID)
         if padding == "bucket":
             source = _pad_to_width(source, widths_t)
             target_out = _pad_to_width(target_out, widths_t)
+        elif padding == "fixed":
+            if batch_tokens is not None:
+                width = tf.gather(widths_t, key)
+            else:
+                longest_in_batch = tf.maximum(tf.shape(source)[1], tf.shape(target_out)[1])
+                index = tf.searchsorted(widths_t, tf.reshape(longest_in_batch, [1]), side="left")[0]
+                width = tf.gather(widths_t, tf.minimum(index, len(widths) - 1))
+            rows = tf.cast(tf.gather(sizes_t, key), tf.int32)
+
+            def to_shape(ids):  # all-0 rows and columns (target_in of a padding row is all 0 too)
+                shape = tf.shape(ids)
+                return tf.pad(ids, [[0, rows - shape[0]], [0, width - shape[1]]], constant_values=PAD_ID)
+
+            target_in = _shift_right(target_out)
+            return (to_shape(source), to_shape(target_in)), to_shape(target_out)
         return (source, _shift_right(target_out)), target_out
 
     dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)

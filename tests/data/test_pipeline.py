@@ -180,3 +180,116 @@ def test_bad_arguments(val_prepared, tokenizer):
         prepare_pairs(["a"], ["c"], tokenizer, max_length=8, length_policy="cut")
     with pytest.raises(ValueError, match="max_length"):
         prepare_pairs(["a"], ["c"], tokenizer, max_length=1)
+
+
+def _reference_dataset(prepared, batch_tokens=None, batch_size=None, seed=0, shuffle=True, drop_remainder=False,
+                       shuffle_buffer_size=None):
+    """The former tf.data implementation (shuffle the pairs, group_by_window / padded_batch), padded per batch."""
+    widths = tf.constant(bucket_widths(int(max(prepared.source_ids.row_lengths().numpy().max(),
+                                                prepared.target_ids.row_lengths().numpy().max()))), tf.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((prepared.source_ids, prepared.target_ids))
+    dataset = dataset.map(lambda s, t: (tf.identity(s), tf.identity(t)))
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer_size or len(prepared), seed=seed, reshuffle_each_iteration=True)
+    if batch_tokens is None:
+        return dataset.padded_batch(batch_size, padded_shapes=([None], [None]), drop_remainder=drop_remainder)
+    sizes = tf.constant([batch_tokens // int(w) for w in widths.numpy()], tf.int64)
+
+    def key_fn(source, target):
+        length = tf.maximum(tf.size(source), tf.size(target))
+        return tf.cast(tf.searchsorted(widths, tf.reshape(length, [1]), side="left")[0], tf.int64)
+
+    return dataset.group_by_window(
+        key_fn,
+        lambda key, window: window.padded_batch(tf.gather(sizes, key), padded_shapes=([None], [None]),
+                                                drop_remainder=drop_remainder),
+        window_size_func=lambda key: tf.gather(sizes, key),
+    )
+
+
+def _strip(ids: np.ndarray) -> np.ndarray:
+    """Removes all-0 trailing columns."""
+    keep = int(np.flatnonzero((ids != 0).any(axis=0)).max()) + 1
+    return ids[:, :keep]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(batch_tokens=256, seed=3), dict(batch_tokens=700, seed=5, drop_remainder=True),
+     dict(batch_tokens=300, shuffle=False), dict(batch_tokens=256, seed=1, shuffle_buffer_size=50),
+     dict(batch_size=64, seed=2)],
+)
+def test_planned_batches_equal_group_by_window(val_prepared, kwargs):
+    """The batches planned per epoch are those of shuffle + group_by_window, in the same order, epoch after epoch."""
+    ours = make_dataset(val_prepared, padding="batch", **kwargs)
+    reference = _reference_dataset(val_prepared, **kwargs)
+    for _ in range(2):
+        got, want = list(ours), list(reference)
+        assert len(got) == len(want) > 0
+        for ((source, target_in), target_out), (ref_source, ref_target) in zip(got, want):
+            np.testing.assert_array_equal(source.numpy(), _strip(ref_source.numpy()))
+            np.testing.assert_array_equal(target_out.numpy(), _strip(ref_target.numpy()))
+            assert (target_in.numpy()[:, 0] == BOS).all()
+
+
+def _buckets_by_hand(prepared, widths):
+    """Non-empty bucket widths and pairs per bucket, from the ids with numpy."""
+    longest = np.maximum(prepared.source_ids.row_lengths().numpy(), prepared.target_ids.row_lengths().numpy())
+    counts = collections.Counter(next(w for w in widths if w >= n) for n in longest.tolist())
+    return counts
+
+
+@pytest.mark.parametrize("num_replicas", [1, 3])
+def test_fixed_padding_one_shape_per_bucket(val_prepared, num_replicas):
+    batch_tokens = 300
+    longest = int(max(val_prepared.source_ids.row_lengths().numpy().max(),
+                      val_prepared.target_ids.row_lengths().numpy().max()))
+    widths = bucket_widths(longest)
+    counts = _buckets_by_hand(val_prepared, widths)
+    expected_rows = {w: max(batch_tokens // w // num_replicas, 1) * num_replicas for w in counts}
+    dataset = make_dataset(val_prepared, batch_tokens=batch_tokens, padding="fixed", seed=4, num_replicas=num_replicas)
+    shapes = collections.Counter()
+    real_rows = collections.Counter()
+    for (source, target_in), target_out in dataset:
+        b, w = source.shape
+        assert source.shape == target_in.shape == target_out.shape  # both sides [B_w, w]
+        assert b == expected_rows[w] and b % num_replicas == 0
+        shapes[(b, w)] += 1
+        real = (target_out.numpy() != 0).any(axis=1)
+        # Real rows first; padding rows are all 0 in all three tensors.
+        assert real.tolist() == sorted(real.tolist(), reverse=True)
+        for ids in (source, target_in, target_out):
+            assert (ids.numpy()[~real] == 0).all() and (ids.numpy()[real] != 0).any(axis=1).all()
+        real_rows[w] += int(real.sum())
+    # One shape per non-empty bucket; each bucket holds its pairs, full batches except maybe the last.
+    assert set(shapes) == {(expected_rows[w], w) for w in counts}
+    assert real_rows == counts
+    assert {w: n for (_, w), n in shapes.items()} == {w: -(-counts[w] // expected_rows[w]) for w in counts}
+    # Every pair once, with the same ids as without fixed padding.
+    expected = collections.Counter(
+        zip(map(tuple, val_prepared.source_ids.to_list()), map(tuple, val_prepared.target_ids.to_list()))
+    )
+    pairs = []
+    for (source, target_in), target_out in dataset:
+        real = (target_out.numpy() != 0).any(axis=1)
+        for s, ti, to in zip(_rows(source.numpy()[real]), _rows(target_in.numpy()[real]), _rows(target_out.numpy()[real])):
+            assert ti == (BOS,) + to[:-1]
+            pairs.append((s, to))
+    assert collections.Counter(pairs) == expected
+    # More shapes without it.
+    assert len(dataset_statistics(make_dataset(val_prepared, batch_tokens=batch_tokens, seed=4))["shapes"]) > len(shapes)
+
+
+def test_fixed_padding_of_sentence_batches(val_prepared):
+    widths = [16, 32, 64, 128]
+    dataset = make_dataset(val_prepared, batch_size=100, padding="fixed", widths=widths, shuffle=False)
+    source_lengths = val_prepared.source_ids.row_lengths().numpy()
+    target_lengths = val_prepared.target_ids.row_lengths().numpy()
+    for i, ((source, target_in), target_out) in enumerate(dataset):
+        longest = max(source_lengths[i * 100:(i + 1) * 100].max(), target_lengths[i * 100:(i + 1) * 100].max())
+        width = next(w for w in widths if w >= longest)
+        assert source.shape == target_in.shape == target_out.shape == (100, width)
+    assert i == 10  # 1014 pairs: 10 full batches and one of 14 real rows padded to 100
+    assert int((target_out.numpy() != 0).any(axis=1).sum()) == 14
+    with pytest.raises(ValueError, match="num_replicas"):
+        make_dataset(val_prepared, batch_tokens=300, padding="fixed", num_replicas=0)
