@@ -41,6 +41,17 @@ def _check_positive_int(owner, name, value):
         raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
 
 
+def _check_cache_length(owner, max_length):
+    """A python int > 0, or a scalar integer tensor (value not checked: it may be symbolic)."""
+    if tf.is_tensor(max_length):
+        if max_length.shape.rank not in (None, 0) or not max_length.dtype.is_integer:
+            raise ValueError(
+                f"{owner}: max_length must be a positive int or a scalar integer tensor, got {max_length!r}"
+            )
+        return
+    _check_positive_int(owner, "max_length", max_length)
+
+
 def _check_common(owner, num_layers, d_model, num_heads, dff, dropout_rate):
     for name, value in (("num_layers", num_layers), ("d_model", d_model), ("num_heads", num_heads), ("dff", dff)):
         _check_positive_int(owner, name, value)
@@ -259,7 +270,9 @@ class Decoder(keras.layers.Layer):
 
         Args:
             encoder_outputs: float tensor ``[batch, S, d_model]``.
-            max_length: python int, the number of decoding positions.
+            max_length: python int, the number of decoding positions, or a
+                scalar int32 tensor (a per-batch cache length, see
+                :meth:`Transformer.init_cache`).
 
         Returns:
             dict ``{"layer_i": {"self_key", "self_value": zeros [batch,
@@ -267,9 +280,10 @@ class Decoder(keras.layers.Layer):
             [batch, S, num_heads, depth]}}`` of the compute dtype.
 
         Raises:
-            ValueError: if ``max_length`` is not a positive python int.
+            ValueError: if ``max_length`` is not a positive python int or a
+                scalar integer tensor.
         """
-        _check_positive_int("Decoder.init_cache", "max_length", max_length)
+        _check_cache_length("Decoder.init_cache", max_length)
         if not self.built:
             self.build(encoder_outputs.shape)
         encoder_outputs = ops.cast(encoder_outputs, self.compute_dtype)
@@ -601,7 +615,13 @@ class Transformer(keras.Model):
         Args:
             encoder_outputs: float tensor ``[batch, S, d_model]`` from :meth:`encode`.
             source_ids: int tensor ``[batch, S]``.
-            max_length: python int, number of decoding steps the cache holds.
+            max_length: python int, number of decoding steps the cache holds,
+                or a scalar int32 tensor: a cache sized per batch (the
+                Translator uses ``min(max_length, S + extra_decode_length)``;
+                dynamic in graph mode, a compile-time constant under XLA since
+                it only depends on the static width ``S``). Every later
+                ``step`` must be below it. A shorter buffer means less memory
+                traffic and attention per step, with identical logits.
 
         Returns:
             nested dict of tensors, every leaf with leading dim ``batch``:
@@ -615,8 +635,8 @@ class Transformer(keras.Model):
         """
         if not self.built:
             self.build()
-        _check_positive_int("Transformer.init_cache", "max_length", max_length)
-        if self.learned_positions and max_length > self.max_length:
+        _check_cache_length("Transformer.init_cache", max_length)
+        if self.learned_positions and not tf.is_tensor(max_length) and max_length > self.max_length:
             raise ValueError(
                 f"Transformer.init_cache: max_length={max_length} exceeds the learned position table "
                 f"(max_length={self.max_length})"

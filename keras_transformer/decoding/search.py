@@ -213,16 +213,22 @@ def greedy_search(
     return ids
 
 
-def _gather_flat(nested: Any, beam_indices: tf.Tensor, beam_size: int) -> Any:
+def _gather_flat(nested: Any, beam_indices: tf.Tensor, beam_size: int, skip: Any = None) -> Any:
     """Beam-reorder a nest of flattened [B * beam, ...] tensors.
 
     Row ``b * beam + k`` of the result is row ``b * beam + beam_indices[b, k]``
-    of the input.
+    of the input. Leaves whose ``skip`` flag (same nest of Python bools) is
+    True are returned as they are: they must be equal across the beams of a
+    sentence, where the reorder is the identity.
     """
     batch_size = tf.shape(beam_indices)[0]
     offsets = tf.range(batch_size, dtype=tf.int32)[:, None] * beam_size
     flat_indices = tf.reshape(beam_indices + offsets, [-1])
-    return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices, axis=0), nested)
+    if skip is None:
+        return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices, axis=0), nested)
+    return tf.nest.map_structure(
+        lambda t, keep: t if keep else tf.gather(t, flat_indices, axis=0), nested, skip
+    )
 
 
 def beam_search(
@@ -243,7 +249,10 @@ def beam_search(
     moves those ending in EOS to the finished set (scored by
     ``log P / lp(|Y|)``) and the best ``beam_size`` others to the alive set. The
     cache (batch ``B``) is tiled to ``B * beam_size`` rows (row ``b * beam + k``)
-    and every leaf is re-gathered by parent beam each step.
+    and every leaf is re-gathered by parent beam each step, except leaves that
+    ``symbols_to_logits_fn`` returns unchanged (the same tensor object it was
+    given, at every step): those keep their tiled value, equal across the beams
+    of a sentence, so the reorder would be the identity.
 
     A sentence is done once its ``beam_size`` finished slots are filled and the
     worst of them scores at least the best score any alive hypothesis could still
@@ -300,6 +309,12 @@ def beam_search(
     max_penalty = length_penalty_factor(limits, alpha)  # [B]
 
     cache = tf.nest.map_structure(lambda t: tile_for_beam(t, k), cache)
+    # Leaves that symbols_to_logits_fn has returned unchanged (the very same
+    # tensor) at every step so far still hold their tiled value, equal across
+    # the beams of a sentence: reordering them by parent beam is the identity,
+    # so they are not gathered (for a Transformer: cross-attention keys/values
+    # and the source mask, about a third of the cache bytes).
+    invariant = [True] * len(tf.nest.flatten(cache))
 
     alive_seq = tf.zeros([batch_size, k, max_length], tf.int32)
     # Only beam 0 is live at the start, so the k identical initial beams do not
@@ -330,7 +345,10 @@ def beam_search(
     def body(step, alive_seq, alive_log_probs, alive_last, finished_seq, finished_scores,
              finished_flags, cache):
         flat_ids = tf.reshape(alive_last, [-1])
+        old_leaves = tf.nest.flatten(cache)
         logits, cache = symbols_to_logits_fn(flat_ids, step, cache)
+        for i, (old, new) in enumerate(zip(old_leaves, tf.nest.flatten(cache))):
+            invariant[i] = invariant[i] and new is old
         logits = tf.cast(logits, tf.float32)
         vocab_size = tf.shape(logits)[-1]
         log_probs = tf.nn.log_softmax(logits, axis=-1)
@@ -361,7 +379,7 @@ def beam_search(
         new_alive_seq = tf.gather(topk_seq, alive_pick, axis=1, batch_dims=1)
         new_alive_last = tf.gather(topk_ids, alive_pick, axis=1, batch_dims=1)
         parent_beams = tf.gather(topk_beams, alive_pick, axis=1, batch_dims=1)
-        cache = _gather_flat(cache, parent_beams, k)
+        cache = _gather_flat(cache, parent_beams, k, tf.nest.pack_sequence_as(cache, invariant))
 
         # Finished set: best k among old finished + new finished candidates.
         lengths = tf.cast(step + 1, tf.float32)

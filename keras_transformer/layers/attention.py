@@ -15,6 +15,7 @@ NaN.
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 __all__ = ["MASK_VALUE", "attention_weights", "scaled_dot_product_attention", "MultiHeadAttention"]
@@ -88,6 +89,29 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     return outputs, weights
 
 
+def _write_position(buffer, row, index):
+    """``buffer[:, index] = row[:, 0]``: one-row update of a key/value cache.
+
+    ``tf.tensor_scatter_nd_update`` (a core op: TF Serving and XLA both run
+    it) touches one ``[batch, num_heads, depth]`` row, where the former
+    ``where(arange(L) == index, row, buffer)`` read and wrote the whole
+    buffer at every step (O(L) per step; measured in
+    ``scripts/bench/decode_speed.py``). Under XLA both become an in-place
+    dynamic-update-slice of the loop-carried buffer.
+
+    Args:
+        buffer: ``[batch, L, num_heads, depth]`` (``L`` static or dynamic).
+        row: ``[batch, 1, num_heads, depth]`` of ``buffer``'s dtype.
+        index: scalar int32 in ``[0, L)`` (not checked: a tensor inside a loop).
+
+    Returns:
+        tensor shaped like ``buffer``, equal to it except at position ``index``.
+    """
+    batch = tf.shape(buffer)[0]
+    indices = tf.stack([tf.range(batch, dtype=tf.int32), tf.fill([batch], index)], axis=1)  # [batch, 2]
+    return tf.tensor_scatter_nd_update(buffer, indices, row[:, 0])
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention, Section 3.2.2.
@@ -103,8 +127,11 @@ class MultiHeadAttention(keras.layers.Layer):
     * Self-attention: pass ``cache={"key": k, "value": v}`` with buffers
       ``[batch, max_length, num_heads, depth]`` and ``cache_index`` (scalar
       int): the projected key/value of the single new query position are
-      written at ``cache_index`` (static-shape ``where`` update, XLA
+      written at ``cache_index`` (one-row ``tensor_scatter_nd_update``, XLA
       friendly) and the query attends to buffer positions ``<= cache_index``.
+      The buffer length may be any length above the last ``cache_index``
+      (e.g. sized per batch, below the model's ``max_length``), static or
+      dynamic.
     * Cross-attention: pass ``cache`` with keys/values precomputed by
       :meth:`compute_key_value` and ``cache_index=None``: they are used as is.
 
@@ -285,14 +312,13 @@ class MultiHeadAttention(keras.layers.Layer):
                         "MultiHeadAttention: cache_index needs exactly one query position, "
                         f"got query shape {tuple(query.shape)}"
                     )
-                max_len = cache["key"].shape[1]
-                positions = ops.arange(max_len, dtype="int32")
                 index = ops.cast(cache_index, "int32")
-                write = (positions == index)[None, :, None, None]
-                k = ops.where(write, k, ops.cast(cache["key"], k.dtype))
-                v = ops.where(write, v, ops.cast(cache["value"], v.dtype))
+                k = _write_position(ops.cast(cache["key"], k.dtype), k, index)
+                v = _write_position(ops.cast(cache["value"], v.dtype), v, index)
                 new_cache = {"key": k, "value": v}
-                # Attend only to the positions written so far.
+                # Attend only to the positions written so far. The buffer length
+                # may be dynamic (a per-batch cache length in graph mode).
+                positions = ops.arange(ops.shape(k)[1], dtype="int32")
                 extra_mask = (positions <= index)[None, None, None, :]
         s = ops.shape(k)[1]
         mask = self._merge_masks(attention_mask, use_causal_mask, t, s)

@@ -1,0 +1,173 @@
+"""Decoding-speed changes keep results identical (issue: beam search speed).
+
+* one-row cache write (``tensor_scatter_nd_update``) == numpy assignment;
+* a cache sized per batch (tensor ``max_length``, dynamic in graph mode) gives
+  the same logits as ``model.decode`` and the Translator's searches the same
+  tokens as a full ``max_length`` cache;
+* beam search does not re-gather leaves returned unchanged, with the same result
+  as gathering every leaf;
+* XLA source bucketing translates like the unbucketed graph.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.decoding import Translator
+from keras_transformer.decoding.search import beam_search, greedy_search
+from keras_transformer.layers.attention import _write_position
+
+BOS, EOS = 2, 3
+MAX_LENGTH = 24
+EXTRA = 2
+SENTENCES = ["A dog runs.", "Two men play soccer.", "Hi"]
+
+
+@pytest.fixture(scope="module")
+def translator(model, tokenizer):
+    return Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=3,
+                      length_penalty=0.6)
+
+
+@pytest.fixture(scope="module")
+def inputs(translator):
+    return translator.source_ids(tf.constant(SENTENCES))
+
+
+def test_write_position_matches_numpy_assignment():
+    rng = np.random.default_rng(0)
+    buffer = rng.normal(size=(3, 5, 2, 4)).astype("float32")
+    row = rng.normal(size=(3, 1, 2, 4)).astype("float32")
+    expected = buffer.copy()
+    expected[:, 2] = row[:, 0]
+    got = _write_position(tf.constant(buffer), tf.constant(row), tf.constant(2)).numpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_write_position_dynamic_length_in_graph():
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 2, 3]), tf.TensorSpec([None, 1, 2, 3])])
+    def write(buffer, row):
+        return _write_position(buffer, row, tf.constant(0))
+
+    out = write(tf.zeros([2, 4, 2, 3]), tf.ones([2, 1, 2, 3])).numpy()
+    assert out[:, 0].sum() == 2 * 2 * 3 and out[:, 1:].sum() == 0
+
+
+def test_init_cache_tensor_length_and_bad_length(model):
+    source_ids = tf.constant([[5, 6, 3], [7, 3, 0]])
+    encoder_outputs = model.encode(source_ids)
+    cache = model.init_cache(encoder_outputs, source_ids, tf.constant(7))
+    assert cache["layer_0"]["self_key"].shape == (2, 7, model.num_heads, model.d_model // model.num_heads)
+    with pytest.raises(ValueError, match="max_length"):
+        model.init_cache(encoder_outputs, source_ids, tf.constant([7, 8]))
+    with pytest.raises(ValueError, match="max_length"):
+        model.init_cache(encoder_outputs, source_ids, 0)
+
+
+def test_short_dynamic_cache_decode_step_equals_decode(model):
+    """decode_step over a 5-position cache with a graph-dynamic length == decode() at every position."""
+    source_ids = tf.constant([[5, 6, 7, 3], [8, 3, 0, 0]])
+    target = tf.constant([[BOS, 9, 10, 11, 12], [BOS, 13, 14, 0, 0]])
+    encoder_outputs = model.encode(source_ids)
+    reference = model.decode(target, encoder_outputs, source_ids).numpy()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)])
+    def run(target, length):
+        cache = model.init_cache(encoder_outputs, source_ids, length)
+        assert cache["layer_0"]["self_key"].shape[1] is None  # dynamic in the graph
+        logits = []
+        for step in range(5):
+            step_logits, cache = model.decode_step(target[:, step], step, cache)
+            logits.append(step_logits)
+        return tf.stack(logits, axis=1)
+
+    got = run(target, tf.constant(5)).numpy()
+    np.testing.assert_allclose(got[0], reference[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1, :2], reference[1, :2], rtol=1e-4, atol=1e-5)
+
+
+def test_translator_cache_is_sized_per_batch_and_equals_full_cache(translator, model, inputs):
+    source_ids, limits = inputs["source_ids"], inputs["max_decode_lengths"]
+    width = int(source_ids.shape[1])
+    lengths = []
+
+    def recording_init_cache(encoder_outputs, source_ids, max_length):
+        lengths.append(int(max_length))
+        return model.init_cache(encoder_outputs, source_ids, max_length)
+
+    class Recording:
+        encode = staticmethod(model.encode)
+        decode_step = staticmethod(model.decode_step)
+        init_cache = staticmethod(recording_init_cache)
+
+    spy = Translator(Recording(), translator.tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA,
+                     beam_size=3, length_penalty=0.6)
+    beam_ids, beam_scores = spy._beam_search_ids(source_ids, limits)  # eager
+    assert lengths == [min(MAX_LENGTH, width + EXTRA)] and lengths[0] < MAX_LENGTH
+
+    # Reference: the same searches over a full max_length cache.
+    encoder_outputs = model.encode(source_ids)
+    full = model.init_cache(encoder_outputs, source_ids, MAX_LENGTH)
+    fn = model.decode_step
+    ref_ids, ref_scores = beam_search(fn, tf.fill([3], BOS), full, beam_size=3, length_penalty=0.6,
+                                      max_length=MAX_LENGTH, eos_id=EOS, max_decode_lengths=limits)
+    np.testing.assert_array_equal(beam_ids.numpy(), ref_ids.numpy())
+    np.testing.assert_allclose(beam_scores.numpy(), ref_scores.numpy(), rtol=1e-5, atol=1e-5)
+    ref_greedy = greedy_search(fn, tf.fill([3], BOS), full, max_length=MAX_LENGTH, eos_id=EOS,
+                               max_decode_lengths=limits)
+    np.testing.assert_array_equal(translator._greedy_core(source_ids, limits).numpy(), ref_greedy.numpy())
+    assert np.count_nonzero(ref_ids.numpy()) > 3 * 3
+
+
+def test_beam_skips_unchanged_leaves_with_same_result(model, inputs):
+    """Pass-through leaves are not re-gathered; copying every leaf (all gathered) gives the same beams."""
+    source_ids, limits = inputs["source_ids"], inputs["max_decode_lengths"]
+    encoder_outputs = model.encode(source_ids)
+    cache = model.init_cache(encoder_outputs, source_ids, MAX_LENGTH)
+    gathered_shapes = []
+
+    def copying_fn(step_ids, step, cache):
+        logits, cache = model.decode_step(step_ids, step, cache)
+        return logits, tf.nest.map_structure(tf.identity, cache)
+
+    original_gather = tf.gather
+
+    def spy_gather(params, indices, **kwargs):
+        gathered_shapes.append(tuple(params.shape))
+        return original_gather(params, indices, **kwargs)
+
+    args = dict(beam_size=3, length_penalty=0.6, max_length=MAX_LENGTH, eos_id=EOS, max_decode_lengths=limits)
+    tf.gather = spy_gather
+    try:
+        ids, scores = beam_search(model.decode_step, tf.fill([3], BOS), cache, **args)
+        skipped = list(gathered_shapes)
+        gathered_shapes.clear()
+        ref_ids, ref_scores = beam_search(copying_fn, tf.fill([3], BOS), cache, **args)
+    finally:
+        tf.gather = original_gather
+    np.testing.assert_array_equal(ids.numpy(), ref_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), ref_scores.numpy(), rtol=1e-6)
+    width = int(source_ids.shape[1])
+    cross_shape = (9, width, model.num_heads, model.d_model // model.num_heads)
+    assert cross_shape in gathered_shapes and cross_shape not in skipped
+    assert (9, MAX_LENGTH, model.num_heads, model.d_model // model.num_heads) in skipped
+
+
+def test_xla_bucketed_translation_equals_graph(translator, model, tokenizer):
+    xla = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=3,
+                     length_penalty=0.6, jit_compile=True, source_bucket_width=8)
+    source = translator.source_ids(tf.constant(SENTENCES))["source_ids"]
+    padded = xla._bucket(source)
+    assert padded.shape[1] == min(MAX_LENGTH, -(-source.shape[1] // 8) * 8)
+    np.testing.assert_array_equal(padded.numpy()[:, : source.shape[1]], source.numpy())
+    assert not padded.numpy()[:, source.shape[1]:].any()
+    assert translator._bucket(source) is source  # no bucketing without XLA
+    got, ref = xla.translate_ids(tf.constant(SENTENCES)), translator.translate_ids(tf.constant(SENTENCES))
+    np.testing.assert_array_equal(got["output_ids"].numpy(), ref["output_ids"].numpy())
+    np.testing.assert_array_equal(got["source_ids"].numpy(), ref["source_ids"].numpy())
+    np.testing.assert_allclose(got["scores"].numpy(), ref["scores"].numpy(), rtol=1e-4)
+    greedy, greedy_ref = xla.translate_greedy(tf.constant(SENTENCES)), translator.translate_greedy(
+        tf.constant(SENTENCES))
+    np.testing.assert_array_equal(greedy["output_ids"].numpy(), greedy_ref["output_ids"].numpy())
+    with pytest.raises(ValueError, match="source_bucket_width"):
+        Translator(model, tokenizer, max_length=MAX_LENGTH, source_bucket_width=0)
