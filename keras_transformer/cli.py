@@ -171,16 +171,23 @@ def _train(args: argparse.Namespace):
             )
     checkpoints.atomic_write_text(config_path, json.dumps(record, indent=2) + "\n")
 
+    jit_compile = default_jit_compile() if args.jit_compile is None else args.jit_compile
+    set_precision(args.precision)
+    strategy = get_strategy(args.strategy)
+    # Under XLA every batch of a bucket gets one shape, so XLA compiles once per bucket.
+    batching = {
+        "batch_tokens": config.batch_tokens,
+        "padding": "fixed" if jit_compile else "bucket",
+        "num_replicas": strategy.num_replicas_in_sync,
+    }
     train = prepare_pairs(train_pairs.sources, train_pairs.targets, tokenizer, config.max_length, args.length_policy)
     print(f"      train: {train.report.summary()}", flush=True)
-    train_ds = make_dataset(train, batch_tokens=config.batch_tokens, shuffle=True, seed=args.seed)
+    train_ds = make_dataset(train, shuffle=True, seed=args.seed, **batching)
     val_ds = None
     if val_pairs is not None:
         val = prepare_pairs(val_pairs.sources, val_pairs.targets, tokenizer, config.max_length, args.length_policy)
-        val_ds = make_dataset(val, batch_tokens=config.batch_tokens, shuffle=False)
+        val_ds = make_dataset(val, shuffle=False, **batching)
 
-    jit_compile = default_jit_compile() if args.jit_compile is None else args.jit_compile
-    set_precision(args.precision)
     print(
         f"training preset {args.preset!r} (N={config.num_layers}, d_model={config.d_model}, h={config.num_heads}, "
         f"dff={config.dff}, P_drop={config.dropout_rate}, {config.batch_tokens} tokens/batch) for {args.epochs} "
@@ -188,7 +195,6 @@ def _train(args: argparse.Namespace):
         + f"; XLA {'on' if jit_compile else 'off'}, precision {args.precision or 'float32'}",
         flush=True,
     )
-    strategy = get_strategy(args.strategy)
     with strategy.scope():
         model = build_model(config)
         compile_model(

@@ -178,9 +178,9 @@ PRESETS: dict[str, TransformerConfig] = {
         num_heads=4,
         dff=1024,
         max_length=128,
-        warmup_steps=1000,
+        warmup_steps=400,
         train_steps=4000,
-        batch_tokens=4096,
+        batch_tokens=2048,
         checkpoint_average=5,
     ),
     # A model for tests: builds and trains in a second.

@@ -132,10 +132,12 @@ def set_precision(policy: str | None) -> None:
 def default_jit_compile() -> bool:
     """Whether XLA is on by default: on GPU/TPU yes; on CPU no.
 
-    Measured on the 2-core CPU of this project (scripts/bench/train_throughput.py):
-    XLA compiles each new padded shape in several seconds, which a short
-    Multi30k run on CPU does not earn back; on GPU XLA fuses the many small
-    kernels of a Transformer layer and is the usual default.
+    Measured with ``scripts/bench/train_throughput.py`` on a 2-core CPU
+    (``small`` preset, Multi30k): in steady state the XLA step runs at 0.97x
+    the plain step, and each new batch shape costs about 5 s of compilation
+    (17 s for the first), so an epoch took 497 s with XLA against 324 s
+    without. On GPU XLA fuses the many small kernels of a Transformer layer
+    and is the usual default.
 
     Returns:
         ``True`` when a GPU or TPU is visible.
