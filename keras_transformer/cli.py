@@ -95,6 +95,18 @@ def _read_pairs(args: argparse.Namespace):
                 raise CliError("give both --valid-source and --valid-target")
             val = read_parallel_files(args.valid_source, args.valid_target, on_error=args.on_error)
         splits = {"train": train, "val": val, "test2016": None}
+    elif getattr(args, "tfds", None):
+        from keras_transformer.data.sources import load_tfds_translation
+
+        print(f"reading TFDS {args.tfds} (source {args.source_lang or 'default'})", flush=True)
+        load = lambda split: load_tfds_translation(  # noqa: E731
+            args.tfds, split, source_lang=args.source_lang, target_lang=args.target_lang,
+            data_dir=args.tfds_data_dir, on_error=args.on_error,
+        )
+        try:
+            splits = {"train": load("train"), "val": load("validation"), "test2016": None}
+        except RuntimeError as error:  # not prepared and no network: the message says what to do
+            raise CliError(str(error)) from error
     elif getattr(args, "tsv", None):
         print(f"reading {args.tsv}", flush=True)
         splits = {"train": read_tsv_pairs(args.tsv, on_error=args.on_error), "val": None, "test2016": None}
@@ -429,6 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--valid-source", help="validation source file")
             p.add_argument("--valid-target", help="validation target file")
             p.add_argument("--tsv", help="a TSV file of source<TAB>target pairs, instead of Multi30k")
+            p.add_argument("--tfds", help="a TFDS translation dataset, e.g. wmt14_translate/de-en, instead of Multi30k")
+            p.add_argument("--tfds-data-dir", help="TFDS data directory (prepared datasets are used offline)")
+            p.add_argument("--source-lang", help="TFDS source language key (e.g. en for wmt14_translate/de-en)")
+            p.add_argument("--target-lang", help="TFDS target language key")
         p.add_argument(
             "--on-error", choices=("raise", "skip"), default="raise",
             help="bad lines (empty side, invalid UTF-8): stop with an error naming file and line, or skip and count",

@@ -67,3 +67,17 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     )
     assert translate.returncode == 0, translate.stderr[-3000:]
     assert len(translate.stdout.splitlines()) == len(sentences)
+
+
+def test_tfds_without_network_says_how_to_use_local_files(tmp_path, capsys, monkeypatch):
+    import keras_transformer.data.sources as sources
+
+    monkeypatch.setattr(sources, "_network_available", lambda *a, **k: False)
+    status = main(
+        ["train", "--model-dir", str(tmp_path / "m"), "--tfds", "wmt14_translate/de-en",
+         "--tfds-data-dir", str(tmp_path / "tfds")]
+    )
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "wmt14_translate/de-en is not prepared" in err and "network is unreachable" in err
+    assert "--train-source/--train-target" in err
