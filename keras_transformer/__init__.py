@@ -13,49 +13,51 @@ Where each part of the paper lives:
   :mod:`keras_transformer.export`.
 """
 
+import importlib as _importlib
 import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer.config import PRESETS, TransformerConfig, get_preset  # noqa: E402
-from keras_transformer.data import SubwordTokenizer, make_dataset, prepare_pairs, train_sentencepiece  # noqa: E402
-from keras_transformer.decoding import Translator, beam_search, greedy_search  # noqa: E402
-from keras_transformer.evaluation import score_corpus  # noqa: E402
-from keras_transformer.export import export_saved_model  # noqa: E402
-from keras_transformer.layers import (  # noqa: E402
-    DecoderLayer,
-    EncoderLayer,
-    FeedForward,
-    MultiHeadAttention,
-    PositionalEmbedding,
-)
-from keras_transformer.model import Decoder, Encoder, Transformer  # noqa: E402
-from keras_transformer.training import MaskedLabelSmoothedCrossEntropy, WarmupSchedule, paper_optimizer  # noqa: E402
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "Decoder",
-    "DecoderLayer",
-    "Encoder",
-    "EncoderLayer",
-    "FeedForward",
-    "MaskedLabelSmoothedCrossEntropy",
-    "MultiHeadAttention",
-    "PRESETS",
-    "PositionalEmbedding",
-    "SubwordTokenizer",
-    "Transformer",
-    "TransformerConfig",
-    "Translator",
-    "WarmupSchedule",
-    "beam_search",
-    "export_saved_model",
-    "get_preset",
-    "greedy_search",
-    "make_dataset",
-    "paper_optimizer",
-    "prepare_pairs",
-    "score_corpus",
-    "train_sentencepiece",
-]
+# Public name -> module. Imported on first use (PEP 562), so that `import keras_transformer`
+# and the command line start without loading TensorFlow before they need it.
+_EXPORTS = {
+    "TransformerConfig": "keras_transformer.config",
+    "PRESETS": "keras_transformer.config",
+    "get_preset": "keras_transformer.config",
+    "SubwordTokenizer": "keras_transformer.data",
+    "make_dataset": "keras_transformer.data",
+    "prepare_pairs": "keras_transformer.data",
+    "train_sentencepiece": "keras_transformer.data",
+    "Translator": "keras_transformer.decoding",
+    "beam_search": "keras_transformer.decoding",
+    "greedy_search": "keras_transformer.decoding",
+    "score_corpus": "keras_transformer.evaluation",
+    "export_saved_model": "keras_transformer.export",
+    "PositionalEmbedding": "keras_transformer.layers",
+    "MultiHeadAttention": "keras_transformer.layers",
+    "FeedForward": "keras_transformer.layers",
+    "EncoderLayer": "keras_transformer.layers",
+    "DecoderLayer": "keras_transformer.layers",
+    "Encoder": "keras_transformer.model",
+    "Decoder": "keras_transformer.model",
+    "Transformer": "keras_transformer.model",
+    "MaskedLabelSmoothedCrossEntropy": "keras_transformer.training",
+    "WarmupSchedule": "keras_transformer.training",
+    "paper_optimizer": "keras_transformer.training",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -35,6 +35,7 @@ import os
 import pathlib
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -168,8 +169,8 @@ def _train(args: argparse.Namespace):
     tokenizer = SubwordTokenizer(str(spm_path))
 
     overrides = {"vocab_size": tokenizer.vocab_size}
-    for flag in ("batch_tokens", "warmup_steps", "dropout_rate", "max_length"):
-        if getattr(args, flag, None):
+    for flag in ("batch_tokens", "warmup_steps", "dropout_rate", "max_length", "learning_rate_scale"):
+        if getattr(args, flag, None) is not None:
             overrides[flag] = getattr(args, flag)
     config = get_preset(args.preset, **overrides)
     config_path = out / "config.json"
@@ -213,7 +214,7 @@ def _train(args: argparse.Namespace):
             model,
             config,
             jit_compile=jit_compile,
-            learning_rate_scale=args.learning_rate_scale,
+            learning_rate_scale=config.learning_rate_scale,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
         )
     start = time.monotonic()
@@ -468,7 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
             "--max-train-minutes", type=float, default=minutes,
             help=f"stop training after this many minutes (0: no limit; default {minutes:g})",
         )
-        p.add_argument("--learning-rate-scale", type=float, default=1.0, help="multiplies the Eq. 3 learning rate")
+        p.add_argument(
+            "--learning-rate-scale", type=float, default=None, help="multiplies the Eq. 3 learning rate (default: preset's)"
+        )
         p.add_argument("--gradient-accumulation-steps", type=int, default=None, help="batches per update")
         p.add_argument("--save-freq", type=int, default=None, help="checkpoint every N batches (default: each epoch)")
         p.add_argument(
@@ -564,6 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Keras warns that fit() ignores shuffle=True for a tf.data input; ours shuffles itself.
+    warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -56,10 +56,10 @@ def attention_weights(query, key, mask=None):
     scores = ops.einsum("bthd,bshd->bhts", query, key)
     scores = ops.cast(scores, "float32")
     if mask is None:
-        return ops.softmax(scores, axis=-1)
+        return tf.nn.softmax(scores, axis=-1)
     mask = ops.cast(mask, "bool")
     scores = ops.where(mask, scores, ops.cast(MASK_VALUE, "float32"))
-    weights = ops.softmax(scores, axis=-1)
+    weights = tf.nn.softmax(scores, axis=-1)
     return ops.where(mask, weights, ops.zeros_like(weights))
 
 

@@ -316,7 +316,7 @@ def compile_model(
     config: TransformerConfig,
     *,
     jit_compile: bool | str = "auto",
-    learning_rate_scale: float = 1.0,
+    learning_rate_scale: float | None = None,
     gradient_accumulation_steps: int | None = None,
     steps_per_execution: int = 1,
 ) -> keras.Model:
@@ -327,7 +327,7 @@ def compile_model(
         config: gives ``d_model``, ``warmup_steps`` and ``label_smoothing``.
         jit_compile: XLA for each replica's forward+backward: ``True``,
             ``False`` or ``"auto"`` (:func:`default_jit_compile`).
-        learning_rate_scale: multiplies Eq. 3.
+        learning_rate_scale: multiplies Eq. 3 (default: ``config.learning_rate_scale``).
         gradient_accumulation_steps: accumulate this many batches per update
             (``None`` or 1: every batch), so one device reaches the paper's
             ~25k-token batches: ``batch_tokens * steps * replicas``. The
@@ -352,7 +352,10 @@ def compile_model(
         raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps!r}")
     accumulate = gradient_accumulation_steps if gradient_accumulation_steps and gradient_accumulation_steps > 1 else None
     optimizer = paper_optimizer(
-        config.d_model, config.warmup_steps, learning_rate_scale, gradient_accumulation_steps=accumulate
+        config.d_model,
+        config.warmup_steps,
+        config.learning_rate_scale if learning_rate_scale is None else learning_rate_scale,
+        gradient_accumulation_steps=accumulate,
     )
     if accumulate:
         # Keras evaluates schedules at the batch counter; Eq. 3 counts updates.
