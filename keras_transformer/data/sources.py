@@ -52,7 +52,7 @@ MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/t
 #: split -> (local stem, remote stem).
 MULTI30K_FILES = {"train": ("train", "train"), "val": ("val", "val"), "test2016": ("test2016", "test_2016_flickr")}
 _MULTI30K_ALIASES = {"validation": "val", "valid": "val", "dev": "val", "test": "test2016", "test_2016_flickr": "test2016"}
-#: sha256 of the original .gz files (see /work/shared/data/multi30k/README.md).
+#: sha256 of the original .gz files (the multi30k/dataset repository, data/task1/raw/).
 _MULTI30K_GZ_SHA256 = {
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",

@@ -20,8 +20,8 @@ and the XLA compile of that shape); the timed pass then decodes every batch
 by the ``compiles`` column). Identity checks: (a) == (b) tokens, (b) eager
 graph == (b) XLA, (c) graph == (c) XLA.
 
-    KERAS_BACKEND=tensorflow /tmp/venv/bin/python scripts/bench/decode_speed.py \
-        --model /tmp/dec/model.keras --spm /tmp/dec/spm.model --sentences 256
+    python scripts/bench/decode_speed.py --model runs/multi30k/model.keras \
+        --spm runs/multi30k/spm.model --sentences 256
 """
 
 from __future__ import annotations
@@ -116,10 +116,10 @@ def run_mode(name, fn, batches, compile_counter=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="/tmp/dec/model.keras")
-    parser.add_argument("--spm", default="/tmp/dec/spm.model")
+    parser.add_argument("--model", default="runs/multi30k/model.keras", help="a trained model (from `run`)")
+    parser.add_argument("--spm", default="runs/multi30k/spm.model", help="its SentencePiece model")
     parser.add_argument("--source", default=os.path.join(
-        os.environ.get("KERAS_TRANSFORMER_DATA", "/work/shared/data"), "multi30k", "test2016.en"))
+        os.environ.get("KERAS_TRANSFORMER_DATA", "../shared/data"), "multi30k", "test2016.en"))
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--beam-size", type=int, default=4)
