@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import sys
@@ -218,7 +219,7 @@ def _train(args: argparse.Namespace):
             gradient_accumulation_steps=args.gradient_accumulation_steps,
         )
     start = time.monotonic()
-    fit(
+    history = fit(
         model,
         train_ds,
         model_dir=out,
@@ -230,6 +231,12 @@ def _train(args: argparse.Namespace):
         verbose=2,
     )
     minutes = (time.monotonic() - start) / 60
+    losses = history.history.get("loss") or [0.0]
+    if not math.isfinite(losses[-1]):
+        raise CliError(
+            f"training diverged (loss {losses[-1]}) and was stopped; the last finite checkpoint is kept in "
+            f"{out / 'checkpoints'}. Lower --learning-rate-scale or raise --warmup-steps, and use a new --model-dir"
+        )
     if args.average_last and args.average_last > 1:
         _average_into(model, out, args.average_last)
     _save_model_atomically(model, out / "model.keras")
@@ -312,6 +319,7 @@ def _load_trained(model_dir: str):
     """(model, tokenizer, config) from a --model-dir written by ``train`` or ``run``."""
     import keras
 
+    import keras_transformer.model  # noqa: F401  (registers the Keras classes that load_model looks up)
     from keras_transformer.config import TransformerConfig
     from keras_transformer.data.tokenizer import SubwordTokenizer
 
@@ -323,7 +331,7 @@ def _load_trained(model_dir: str):
     config = TransformerConfig(**record["config"])
     tokenizer = SubwordTokenizer(str(folder / "spm.model"))
     tokenizer.check_vocabulary(record["vocab_sha256"])
-    model = keras.saving.load_model(folder / "model.keras")
+    model = keras.saving.load_model(folder / "model.keras", compile=False)
     return model, tokenizer, config
 
 
@@ -364,6 +372,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_average(args: argparse.Namespace) -> int:
     from keras_transformer.training import checkpoints
 
+    if args.last < 1:
+        raise CliError(f"--last must be at least 1, got {args.last}")
     folder = pathlib.Path(args.model_dir)
     paths = checkpoints.list_checkpoints(folder / "checkpoints")
     if len(paths) < args.last:
@@ -379,6 +389,18 @@ def _cmd_average(args: argparse.Namespace) -> int:
     return 0
 
 
+def _split_lines(text: str) -> list[str]:
+    """One sentence per ``\\n``-terminated line (a ``\\r`` before it is dropped).
+
+    Unlike ``str.splitlines``, characters such as U+2028 or form feed inside a
+    line do not split it, so output line i always translates input line i.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def _translate(args: argparse.Namespace) -> int:
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
@@ -386,12 +408,13 @@ def _translate(args: argparse.Namespace) -> int:
     if not pathlib.Path(args.saved_model, "saved_model.pb").is_file():
         raise CliError(f"no SavedModel at {args.saved_model} (expected {args.saved_model}/saved_model.pb)")
     if args.input == "-":
-        lines = sys.stdin.read().splitlines()
+        text = sys.stdin.read()
     else:
         path = pathlib.Path(args.input)
         if not path.is_file():
             raise CliError(f"input file not found: {path}")
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
+    lines = _split_lines(text)
     loaded = tf.saved_model.load(args.saved_model)
     signature = loaded.signatures[args.signature]
     translations = translate_lines(lambda batch: signature(batch), lines, batch_size=args.batch_size)

@@ -9,6 +9,7 @@
 # Then BLEU on newstest2014 (3,003 sentences; sacreBLEU, detokenized, cased).
 # Usage: scripts/wmt14_base_gpu.sh TFDS_DATA_DIR [OUTPUT_DIR] [DATA_DIR holding wmt14_newstest/]
 set -euo pipefail
+command -v keras-transformer >/dev/null || { echo "keras-transformer not found: activate the virtual environment (pip install -e .) first" >&2; exit 2; }
 TFDS_DIR="${1:?give the TFDS data dir holding wmt14_translate/de-en}"
 OUT="${2:-runs/wmt14-base}"
 DATA_DIR="${3:-${KERAS_TRANSFORMER_DATA:-../shared/data}}"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from keras_transformer.cli import main
+from keras_transformer.cli import _split_lines, main
 
 MULTI30K = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
 
@@ -40,6 +40,24 @@ def test_translate_rejects_a_missing_saved_model(tmp_path, capsys):
     assert "no SavedModel" in capsys.readouterr().err
 
 
+def _write_slice(multi30k_dir, out, n):
+    for lang in ("en", "de"):
+        lines = (multi30k_dir / f"test2016.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+        (out / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_split_lines_keeps_one_sentence_per_newline():
+    text = "one\u2028still one\r\ntwo\x0cstill two\nthree"
+    assert _split_lines(text) == ["one\u2028still one", "two\x0cstill two", "three"]
+    assert _split_lines("a\n\nb\n") == ["a", "", "b"]
+    assert _split_lines("") == []
+
+
+def test_average_checkpoints_rejects_last_zero(tmp_path, capsys):
+    assert main(["average-checkpoints", "--model-dir", str(tmp_path), "--last", "0"]) == 2
+    assert "--last must be at least 1" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     """`run` trains, scores, exports and translates; the export then works in a fresh process."""
@@ -59,6 +77,23 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     export = pathlib.Path(results["saved_model"])
     assert (export / "saved_model.pb").is_file()
     assert len((out / "test2016.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
+
+    # evaluate and export load the trained model in a fresh process (the Keras classes must register).
+    _write_slice(multi30k_dir, out, 5)
+    evaluate = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "evaluate", "--model-dir", str(out), "--beam-size", "1",
+         "--source", str(out / "test.en"), "--reference", str(out / "test.de")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    assert "BLEU = " in evaluate.stdout and "sentences = 5" in evaluate.stdout
+    exported = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "export", "--model-dir", str(out), "--export-dir",
+         str(out / "export2"), "--version", "3", "--beam-size", "2"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert (out / "export2" / "3" / "saved_model.pb").is_file()
 
     sentences = ["A man is riding a bike.", "Two dogs play in the snow."]
     translate = subprocess.run(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -202,6 +203,12 @@ def restore(model: keras.Model, directory: str | os.PathLike) -> TrainingState |
     return state
 
 
+def _finite_loss(logs) -> bool:
+    """False when ``logs`` reports a NaN or infinite ``loss``."""
+    loss = (logs or {}).get("loss")
+    return loss is None or math.isfinite(float(loss))
+
+
 class ResumableCheckpoint(keras.callbacks.Callback):
     """Saves model + optimizer every ``save_freq`` batches and at each epoch end, atomically.
 
@@ -235,21 +242,32 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         self.batch_offset = int(batch_offset)
         self._epoch = 0
         self._batch_in_epoch = 0
+        self._seen_in_epoch = 0
         self._first_epoch = True
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
         self._batch_in_epoch = self.batch_offset if self._first_epoch else 0
+        self._seen_in_epoch = 0
 
     def on_train_batch_end(self, batch, logs=None):
         self._batch_in_epoch += 1
+        self._seen_in_epoch += 1
         self.batches += 1
-        if self.save_freq and self.batches % self.save_freq == 0:
+        if self.save_freq and self.batches % self.save_freq == 0 and _finite_loss(logs):
             self.save(self._epoch, self._batch_in_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         self._first_epoch = False
-        self.save(epoch + 1, 0)
+        if not _finite_loss(logs):
+            # TerminateOnNaN stopped a diverged run: keep the last finite checkpoint as the latest.
+            return
+        steps = (self.params or {}).get("steps")
+        if self.model.stop_training and steps and self._seen_in_epoch < steps:
+            # Stopped mid-epoch (e.g. a time budget): a re-run continues this epoch.
+            self.save(epoch, self._batch_in_epoch)
+        else:
+            self.save(epoch + 1, 0)
 
     def save(self, epoch: int, batch: int) -> str:
         """Writes a checkpoint for position (``epoch``, ``batch``) and prunes old ones.

@@ -103,3 +103,39 @@ def test_best_checkpoint_saves_only_improvements(tmp_path):
     assert json.loads((tmp_path / "best.weights.h5.json").read_text()) == {"val_loss": 2.0, "epoch": 0}
     with h5py.File(tmp_path / "best.weights.h5") as f:
         assert len(f.keys()) > 0
+
+
+def _fit_with(tmp_path, callbacks, batches=6):
+    model = _model(2)
+    x = np.arange(batches * 2 * 3, dtype="float32").reshape(batches * 2, 3) / 10
+    y = x.sum(axis=1, keepdims=True)
+    saver = ckpt.ResumableCheckpoint(tmp_path / "ckpts", keep=3)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[*callbacks, saver])
+    return json.loads((tmp_path / "ckpts" / "state.json").read_text()) if (tmp_path / "ckpts").exists() else None
+
+
+def test_stop_mid_epoch_records_the_position_in_the_epoch(tmp_path):
+    class StopAfterTwo(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                self.model.stop_training = True
+
+    state = _fit_with(tmp_path, [StopAfterTwo()])
+    # A re-run continues epoch 0 after its 2 trained batches, instead of skipping to epoch 1.
+    assert (state["epoch"], state["batch"], state["batches"]) == (0, 2, 2)
+
+
+def test_full_epoch_records_the_next_epoch(tmp_path):
+    state = _fit_with(tmp_path, [])
+    assert (state["epoch"], state["batch"], state["batches"]) == (1, 0, 6)
+
+
+def test_nan_loss_is_never_saved_as_a_checkpoint(tmp_path):
+    class PoisonAfterThree(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                for v in self.model.trainable_variables:
+                    v.assign(np.full(v.shape, np.nan, v.dtype))
+
+    state = _fit_with(tmp_path, [keras.callbacks.TerminateOnNaN(), PoisonAfterThree()])
+    assert state is None  # nothing saved: the epoch ended on a NaN loss
