@@ -467,7 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--tsv", help="a TSV file of source<TAB>target pairs, instead of Multi30k")
             p.add_argument("--tfds", help="a TFDS translation dataset, e.g. wmt14_translate/de-en, instead of Multi30k")
             p.add_argument("--tfds-data-dir", help="TFDS data directory (prepared datasets are used offline)")
-            p.add_argument("--source-lang", help="TFDS source language key (e.g. en for wmt14_translate/de-en)")
+            p.add_argument(
+                "--source-lang",
+                help="TFDS source language key; wmt14_translate/de-en reads de->en unless given --source-lang en",
+            )
             p.add_argument("--target-lang", help="TFDS target language key")
         p.add_argument(
             "--on-error", choices=("raise", "skip"), default="raise",
