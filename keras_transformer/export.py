@@ -271,9 +271,15 @@ def export_saved_model(
             shutil.rmtree(tmp_path, ignore_errors=True)
             raise
 
+    old_path = None
     if os.path.exists(final_path):
-        shutil.rmtree(final_path)
+        # Move the old version aside (a hidden, non-numeric name TF Serving ignores) so the
+        # version is missing only between two renames, not while a folder is deleted.
+        old_path = os.path.join(export_dir, f".old-{version}-{os.getpid()}")
+        os.rename(final_path, old_path)
     os.rename(tmp_path, final_path)
+    if old_path is not None:
+        shutil.rmtree(old_path, ignore_errors=True)
     return final_path
 
 

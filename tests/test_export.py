@@ -113,6 +113,18 @@ def test_existing_version_is_not_overwritten(exported):
     assert not os.path.exists(os.path.join(base, "7"))
 
 
+def test_overwrite_replaces_the_version_and_leaves_nothing_else(exported, tmp_path):
+    _, _, plain = exported
+    base = tmp_path / "serving"
+    first = export_saved_model(plain, base, version=4)
+    marker = os.path.join(first, "assets.extra", "marker")
+    open(marker, "w").close()
+    again = export_saved_model(plain, base, version=4, overwrite=True)
+    assert again == first and os.path.isfile(os.path.join(again, "saved_model.pb"))
+    assert not os.path.exists(marker)  # a new export, not the old folder
+    assert sorted(os.listdir(base)) == ["4"]  # no temporary or moved-aside folder left
+
+
 RELOAD_SCRIPT = textwrap.dedent(
     """
     import json, os, sys

@@ -105,8 +105,10 @@ def _normalize_inputs(files_or_lines: Any) -> list[Any]:
 
     Accepted: one path, a list of paths, one iterable of sentences, or a list of
     iterables of sentences (e.g. ``[source_lines, target_lines]``). A list of
-    plain strings is a list of paths if the first one is an existing file,
-    otherwise it is a list of sentences.
+    plain strings is a list of paths if one of them is an existing file (then
+    all must exist), an error if they all look like missing paths (no space,
+    a path separator or a ``.gz``/``.txt``/``.tsv`` ending), otherwise a list
+    of sentences.
     """
     if _is_path(files_or_lines):
         path = os.fspath(files_or_lines)
@@ -121,9 +123,12 @@ def _normalize_inputs(files_or_lines: Any) -> list[Any]:
                     if not os.path.isfile(p):
                         raise FileNotFoundError(f"tokenizer training file not found: {p}")
                 return items
+            if len(items) <= 16 and all(
+                " " not in x and (os.sep in x or x.endswith((".gz", ".txt", ".tsv"))) for x in items
+            ):
+                # A mistyped path must not silently become the training text.
+                raise FileNotFoundError(f"tokenizer training file(s) not found: {', '.join(items)}")
             return [items]  # sentences
-        if items and all(isinstance(x, os.PathLike) for x in items):
-            return items
         return items
     return [files_or_lines]
 

@@ -125,3 +125,10 @@ def test_survives_seeding_after_construction(tokenizer_model):
     after = tokenizer.tokenize(["A dog runs on the beach."])
     assert after.to_list() == before
     assert tokenizer.detokenize(after).numpy()[0].decode() == "A dog runs on the beach."
+
+
+def test_mistyped_paths_are_an_error_not_training_text(tmp_path):
+    with pytest.raises(FileNotFoundError, match="corpus.en.gz"):
+        train_sentencepiece(["corpus.en.gz", "corpus.de.gz"], str(tmp_path / "spm"), vocab_size=100)
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        train_sentencepiece(str(tmp_path / "missing.txt"), str(tmp_path / "spm"), vocab_size=100)
