@@ -17,7 +17,8 @@ which each replica's forward and backward pass runs in an inner
 ``tf.function(jit_compile=True)``; the token count all-reduce and the
 optimizer update (gradient all-reduce, Adam) run outside it. Each replica
 compiles its own XLA executable per input shape, so a bounded set of padded
-shapes (:func:`fixed_shape_batches`) bounds the compilations.
+shapes bounds the compilations: ``make_dataset(padding="fixed")`` in the data
+pipeline (what the CLI uses), or :func:`fixed_shape_batches` for other datasets.
 """
 
 from __future__ import annotations
