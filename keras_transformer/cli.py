@@ -67,17 +67,32 @@ def translate_lines(translate_fn, lines: Sequence[str], batch_size: int = 64, de
         desc: progress-bar label.
 
     Returns:
-        One ``str`` translation per line, in order.
+        One ``str`` translation per line, in order. Lines whose source was
+        longer than the model's ``max_length`` (``truncated`` in the result)
+        are named in a warning on stderr: their translation is the one of
+        the source's first ``max_length - 1`` pieces, never a silent cut.
     """
     import tensorflow as tf
     from tqdm import tqdm
 
     out: list[str] = []
+    truncated: list[int] = []
     with tqdm(total=len(lines), desc=desc, unit="sent", file=sys.stderr, disable=None) as bar:
         for batch in _batched(list(lines), batch_size):
             result = translate_fn(tf.constant(batch, tf.string))
+            if "truncated" in result:
+                flags = result["truncated"].numpy()
+                truncated.extend(len(out) + i + 1 for i in range(len(batch)) if flags[i])
             out.extend(t.decode("utf-8") for t in result["translations"].numpy())
             bar.update(len(batch))
+    if truncated:
+        shown = ", ".join(str(n) for n in truncated[:20]) + (", ..." if len(truncated) > 20 else "")
+        print(
+            f"warning: {len(truncated)} of {len(out)} sentences are longer than the model's max_length and were "
+            f"translated from their first max_length - 1 pieces (lines {shown})",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 
@@ -258,19 +273,20 @@ def _average_into(model, model_dir: pathlib.Path, last: int) -> None:
     print(f"      averaged the last {len(paths)} checkpoints ({names}) into {averaged}", flush=True)
 
 
-def _make_translator(model, tokenizer, config, beam_size: int):
+def _make_translator(model, tokenizer, config, beam_size: int, length_penalty: float | None = None):
     from keras_transformer.decoding.translator import Translator
 
+    alpha = config.length_penalty if length_penalty is None else length_penalty
     translator = Translator(
         model,
         tokenizer,
         max_length=config.max_length,
         extra_decode_length=config.extra_decode_length,
         beam_size=beam_size,
-        length_penalty=config.length_penalty,
+        length_penalty=alpha,
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
-    search = f"beam search (beam {beam_size}, alpha {config.length_penalty})" if beam_size > 1 else "greedy search"
+    search = f"beam search (beam {beam_size}, alpha {alpha})" if beam_size > 1 else "greedy search"
     return translator, translate_fn, search
 
 
@@ -288,7 +304,7 @@ def _run(args: argparse.Namespace) -> int:
     print("[1/4] vocabulary, data and training", flush=True)
     model, tokenizer, config, _, test, train_minutes = _train(args)
 
-    translator, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size)
+    translator, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty)
     print(f"[2/4] translating Multi30k test2016 ({len(test)} sentences) with {search}", flush=True)
     hypotheses = translate_lines(translate_fn, test.sources, batch_size=args.eval_batch_size)
     scores = score_corpus(hypotheses, test.targets)
@@ -309,6 +325,7 @@ def _run(args: argparse.Namespace) -> int:
         "train_minutes": round(train_minutes, 2),
         "preset": args.preset,
         "beam_size": args.beam_size,
+        "length_penalty": config.length_penalty if args.length_penalty is None else args.length_penalty,
         "saved_model": export_path,
     }
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -341,7 +358,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     pairs = read_parallel_files(args.source, args.reference)
     model, tokenizer, config = _load_trained(args.model_dir)
-    _, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size)
+    _, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty)
     print(f"translating {args.source} ({len(pairs)} sentences) with {search}", flush=True)
     hypotheses = translate_lines(translate_fn, pairs.sources, batch_size=args.batch_size)
     if args.output:
@@ -361,7 +378,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         max_length=config.max_length,
         extra_decode_length=config.extra_decode_length,
         beam_size=args.beam_size,
-        length_penalty=config.length_penalty,
+        length_penalty=config.length_penalty if args.length_penalty is None else args.length_penalty,
         jit_compile=args.xla,
     )
     path = export_saved_model(translator, args.export_dir, version=args.version, overwrite=args.overwrite)
@@ -448,6 +465,20 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+ALPHA_HELP = "beam search length penalty alpha >= 0 (Section 6.1; Wu et al., 2016); default: the model config's (0.6)"
+
+
+def _alpha(text: str) -> float:
+    """``--length-penalty``: a float >= 0, checked before any training or loading starts."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``keras-transformer`` (see the module docstring)."""
     parser = argparse.ArgumentParser(
@@ -519,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", default="runs/multi30k", help="vocabulary, checkpoints, model and export")
     add_training_flags(run, epochs=20, minutes=6.0, average_last=0)
     run.add_argument("--beam-size", type=int, default=4, help="beam size for test2016 (1: greedy)")
+    run.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     run.add_argument("--eval-batch-size", type=int, default=128, help="sentences per translation batch")
     run.add_argument("--num-examples", type=int, default=5, help="test sentences to print")
     run.set_defaults(func=_run)
@@ -542,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned")
     evaluate.add_argument("--output", help="write the translations here")
     evaluate.add_argument("--beam-size", type=int, default=4, help="1: greedy")
+    evaluate.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     evaluate.add_argument("--batch-size", type=int, default=128)
     evaluate.set_defaults(func=_cmd_evaluate)
 
@@ -550,6 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--export-dir", required=True, help="TF Serving base path; the model goes to <dir>/<version>")
     export.add_argument("--version", type=int, default=1)
     export.add_argument("--beam-size", type=int, default=4)
+    export.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     export.add_argument("--xla", action="store_true", help="XLA-compiled search (serve with --xla_cpu_compilation_enabled)")
     export.add_argument("--overwrite", action="store_true")
     export.set_defaults(func=_cmd_export)

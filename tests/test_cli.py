@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from keras_transformer.cli import _split_lines, main
+from keras_transformer.cli import _split_lines, main, translate_lines
 
 MULTI30K = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
 
@@ -53,6 +53,37 @@ def test_split_lines_keeps_one_sentence_per_newline():
     assert _split_lines("") == []
 
 
+def test_translate_lines_names_the_truncated_lines(capsys):
+    import tensorflow as tf
+
+    def fake_translate(batch):  # flags every source containing "long" as cut to max_length - 1 pieces
+        flags = tf.strings.regex_full_match(batch, ".*long.*")
+        return {"translations": tf.strings.upper(batch), "truncated": flags}
+
+    lines = ["short", "a long one", "short", "long again", "short"]
+    out = translate_lines(fake_translate, lines, batch_size=2)
+    assert out == [line.upper() for line in lines]
+    err = capsys.readouterr().err
+    assert "warning: 2 of 5 sentences are longer than the model's max_length" in err
+    assert "(lines 2, 4)" in err
+
+
+def test_translate_lines_is_quiet_without_truncation(capsys):
+    import tensorflow as tf
+
+    out = translate_lines(lambda b: {"translations": b, "truncated": tf.zeros_like(b, tf.bool)}, ["a", "b"])
+    assert out == ["a", "b"]
+    assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("alpha", ["-0.5", "nan", "x"])
+def test_length_penalty_is_checked_before_any_work(tmp_path, capsys, alpha):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--model-dir", str(tmp_path), "--source", "s", "--reference", "r", "--length-penalty", alpha])
+    assert exit_info.value.code == 2
+    assert "--length-penalty" in capsys.readouterr().err
+
+
 def test_average_checkpoints_rejects_last_zero(tmp_path, capsys):
     assert main(["average-checkpoints", "--model-dir", str(tmp_path), "--last", "0"]) == 2
     assert "--last must be at least 1" in capsys.readouterr().err
@@ -81,12 +112,13 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     # evaluate and export load the trained model in a fresh process (the Keras classes must register).
     _write_slice(multi30k_dir, out, 5)
     evaluate = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", "evaluate", "--model-dir", str(out), "--beam-size", "1",
-         "--source", str(out / "test.en"), "--reference", str(out / "test.de")],
+        [sys.executable, "-m", "keras_transformer.cli", "evaluate", "--model-dir", str(out), "--beam-size", "2",
+         "--length-penalty", "1.0", "--source", str(out / "test.en"), "--reference", str(out / "test.de")],
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     assert "BLEU = " in evaluate.stdout and "sentences = 5" in evaluate.stdout
+    assert "beam search (beam 2, alpha 1.0)" in evaluate.stdout
     exported = subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", "export", "--model-dir", str(out), "--export-dir",
          str(out / "export2"), "--version", "3", "--beam-size", "2"],
@@ -95,13 +127,16 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert (out / "export2" / "3" / "saved_model.pb").is_file()
 
-    sentences = ["A man is riding a bike.", "Two dogs play in the snow."]
+    too_long = " ".join(["dog"] * 400)  # more pieces than the tiny preset's max_length
+    sentences = ["A man is riding a bike.", too_long, "Two dogs play in the snow."]
     translate = subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", "translate", "--saved-model", str(export)],
         input="\n".join(sentences) + "\n", env=env, capture_output=True, text=True, timeout=300,
     )
     assert translate.returncode == 0, translate.stderr[-3000:]
     assert len(translate.stdout.splitlines()) == len(sentences)
+    assert "warning: 1 of 3 sentences are longer than the model's max_length" in translate.stderr
+    assert "(lines 2)" in translate.stderr
 
 
 def test_tfds_without_network_says_how_to_use_local_files(tmp_path, capsys, monkeypatch):
