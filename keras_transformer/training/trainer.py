@@ -532,6 +532,8 @@ def fit(
     ckpt_dir = model_dir / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
     train_data = with_known_length(train_data)
+    if isinstance(validation_data, tf.data.Dataset):  # else Keras warns "ran out of data" after the first evaluation
+        validation_data = with_known_length(validation_data)
     state = ckpt.restore(model, ckpt_dir)
     start_epoch, skip, batches = (state.epoch, state.batch, state.batches) if state else (0, 0, 0)
 

@@ -205,3 +205,30 @@ def test_trained_model_exports_as_saved_model(tmp_path):
     tf.saved_model.save(module, str(tmp_path / "sm"))
     reloaded = tf.saved_model.load(str(tmp_path / "sm"))
     np.testing.assert_allclose(reloaded.encode(tf.constant(x[0])).numpy(), model.encode(x[0]).numpy(), atol=1e-5)
+
+
+def test_fit_with_unknown_length_validation_data_warns_nothing_and_steps_once_per_batch(tmp_path, recwarn):
+    """Datasets of unknown length (as make_dataset's) get a counted length, so Keras neither warns
+    "ran out of data" after validation nor takes a phantom optimizer step at the end of an epoch."""
+    model = _model()
+    rng = np.random.default_rng(6)
+    batches = [_batch(rng) for _ in range(3)]
+
+    def unknown_length(items):
+        ds = tf.data.Dataset.from_generator(
+            lambda: iter(items),
+            output_signature=(
+                (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)),
+                tf.TensorSpec([None, None], tf.int32),
+            ),
+        )
+        assert int(ds.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+        return ds
+
+    history = trainer.fit(
+        model, unknown_length(batches), model_dir=tmp_path, epochs=2, validation_data=unknown_length(batches[:2]),
+        tensorboard=False, verbose=0,
+    )
+    assert len(history.history["val_loss"]) == 2
+    assert int(model.optimizer.iterations) == 6
+    assert not [w for w in recwarn if "ran out of data" in str(w.message)]
