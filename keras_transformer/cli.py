@@ -173,8 +173,8 @@ def _train(args: argparse.Namespace):
 
     keras.utils.set_random_seed(args.seed)  # before any tokenizer exists (tensorflow_text resource)
     out = pathlib.Path(args.model_dir)
+    train_pairs, val_pairs, test_pairs = _read_pairs(args)  # bad data fails before the folder is created
     out.mkdir(parents=True, exist_ok=True)
-    train_pairs, val_pairs, test_pairs = _read_pairs(args)
 
     spm_path = out / "spm.model"
     if spm_path.exists():
@@ -418,6 +418,21 @@ def _split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def _decode_lines(data: bytes, name: str) -> list[str]:
+    """UTF-8 ``data`` as lines (see :func:`_split_lines`).
+
+    Raises:
+        CliError: naming ``name``, the 1-based line and the byte column of the
+            first invalid UTF-8 sequence.
+    """
+    try:
+        return _split_lines(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise CliError(f"{name}, line {line}: not UTF-8 (invalid byte at column {column}); nothing was translated") from None
+
+
 def _translate(args: argparse.Namespace) -> int:
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
@@ -425,13 +440,13 @@ def _translate(args: argparse.Namespace) -> int:
     if not pathlib.Path(args.saved_model, "saved_model.pb").is_file():
         raise CliError(f"no SavedModel at {args.saved_model} (expected {args.saved_model}/saved_model.pb)")
     if args.input == "-":
-        text = sys.stdin.read()
+        name, data = "stdin", sys.stdin.buffer.read()
     else:
         path = pathlib.Path(args.input)
         if not path.is_file():
             raise CliError(f"input file not found: {path}")
-        text = path.read_text(encoding="utf-8")
-    lines = _split_lines(text)
+        name, data = str(path), path.read_bytes()
+    lines = _decode_lines(data, name)
     loaded = tf.saved_model.load(args.saved_model)
     signature = loaded.signatures[args.signature]
     translations = translate_lines(lambda batch: signature(batch), lines, batch_size=args.batch_size)
@@ -455,8 +470,8 @@ def _plot(args: argparse.Namespace) -> int:
         if args.target is None:
             print(f"greedy translation: {result.target}", flush=True)
         print(
-            f"wrote {result.path}: encoder-decoder attention of decoder layer {result.layer} "
-            f"(0-based), {heads} heads, {t_len} target x {s_len} source pieces",
+            f"wrote {result.path}: encoder-decoder attention of decoder layer {result.layer + 1} of {model.num_layers}, "
+            f"{heads} heads, {t_len} target x {s_len} source pieces",
             flush=True,
         )
     else:
@@ -601,7 +616,10 @@ def build_parser() -> argparse.ArgumentParser:
     att = kinds.add_parser(
         "attention", help="encoder-decoder attention of every head of one decoder layer, for one sentence pair"
     )
-    att.add_argument("--model-dir", default="runs/multi30k", help="the --output-dir of `run` (model.keras, spm.model)")
+    att.add_argument(
+        "--model-dir", default="runs/multi30k",
+        help="the --output-dir of `run` or --model-dir of `train` (model.keras, spm.model); default: runs/multi30k",
+    )
     att.add_argument("--source", required=True, help="the source sentence")
     att.add_argument("--target", default=None, help="the target sentence (default: the model's greedy translation)")
     att.add_argument("--layer", type=int, default=-1, help="decoder layer, negative counts from the end (default: -1)")

@@ -18,6 +18,7 @@ def test_missing_data_folder_names_the_files(tmp_path, capsys):
     assert status == 2
     err = capsys.readouterr().err
     assert "train.en" in err and "train.de" in err and str(tmp_path / "nowhere") in err
+    assert not (tmp_path / "o").exists()  # nothing left behind
 
 
 def test_mismatched_line_counts_name_files_and_counts(tmp_path, capsys, multi30k_dir):
@@ -44,6 +45,17 @@ def _write_slice(multi30k_dir, out, n):
     for lang in ("en", "de"):
         lines = (multi30k_dir / f"test2016.{lang}").read_text(encoding="utf-8").splitlines()[:n]
         (out / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_translate_names_the_line_that_is_not_utf8(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "saved_model.pb").write_bytes(b"")  # never loaded: the input is checked first
+    source = tmp_path / "in.en"
+    source.write_bytes(b"A good line.\nA bad \xff line.\n")
+    status = main(["translate", "--saved-model", str(tmp_path / "model"), "--input", str(source)])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"{source}, line 2: not UTF-8 (invalid byte at column 7)" in err
 
 
 def test_split_lines_keeps_one_sentence_per_newline():

@@ -195,7 +195,8 @@ def test_cli_plot_commands(model, spm_path, tmp_path, capsys):
     argv = ["plot", "attention", "--model-dir", str(run_dir), "--source", SOURCE, "--target", TARGET]
     assert main(argv + ["--layer", "0", "--output", str(out)]) == 0
     assert _is_png(out)
-    assert f"wrote {out}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"wrote {out}: encoder-decoder attention of decoder layer 1 of {model.num_layers}," in printed
 
     assert main(["plot", "attention", "--model-dir", str(tmp_path / "nope"), "--source", SOURCE]) == 2
     assert "model folder not found" in capsys.readouterr().err

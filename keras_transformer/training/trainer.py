@@ -429,16 +429,26 @@ class TimeBudget(keras.callbacks.Callback):
         super().__init__()
         self.seconds = float(seconds)
         self._start = None
+        self._epoch = 0
         self.stopped_early = False
 
     def on_train_begin(self, logs=None):
         if self._start is None:
             self._start = time.monotonic()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
     def on_train_batch_end(self, batch, logs=None):
-        if time.monotonic() - self._start >= self.seconds:
+        if not self.stopped_early and time.monotonic() - self._start >= self.seconds:
             self.stopped_early = True
             self.model.stop_training = True
+            # Keras' epoch line still shows the epoch's full batch count; say where training really stopped.
+            print(
+                f"time budget of {self.seconds / 60:g} min reached after batch {batch + 1} of epoch {self._epoch + 1} "
+                "(checkpointed; re-running the same command continues from there)",
+                flush=True,
+            )
 
 
 def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:

@@ -232,3 +232,22 @@ def test_fit_with_unknown_length_validation_data_warns_nothing_and_steps_once_pe
     assert len(history.history["val_loss"]) == 2
     assert int(model.optimizer.iterations) == 6
     assert not [w for w in recwarn if "ran out of data" in str(w.message)]
+
+
+def test_time_budget_stops_after_the_batch_it_runs_out_in_and_says_where(tmp_path, capsys):
+    model = _model()
+    rng = np.random.default_rng(7)
+    batches = [_batch(rng) for _ in range(3)]
+    data = tf.data.Dataset.from_generator(
+        lambda: iter(batches),
+        output_signature=(
+            (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)),
+            tf.TensorSpec([None, None], tf.int32),
+        ),
+    )
+    trainer.fit(model, data, model_dir=tmp_path, epochs=2, max_train_seconds=0.0, tensorboard=False, verbose=0)
+    assert int(model.optimizer.iterations) == 1
+    out = capsys.readouterr().out
+    assert "time budget of 0 min reached after batch 1 of epoch 1" in out
+    state = json.loads((tmp_path / "checkpoints" / "state.json").read_text())
+    assert (state["epoch"], state["batch"]) == (0, 1)
