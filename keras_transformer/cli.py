@@ -273,7 +273,10 @@ def _average_into(model, model_dir: pathlib.Path, last: int) -> None:
     print(f"      averaged the last {len(paths)} checkpoints ({names}) into {averaged}", flush=True)
 
 
-def _make_translator(model, tokenizer, config, beam_size: int, length_penalty: float | None = None):
+def _make_translator(
+    model, tokenizer, config, beam_size: int, length_penalty: float | None = None, jit_compile: bool = False
+):
+    """(Translator, its translate function for ``beam_size``, a description); alpha defaults to the config's."""
     from keras_transformer.decoding.translator import Translator
 
     alpha = config.length_penalty if length_penalty is None else length_penalty
@@ -284,6 +287,7 @@ def _make_translator(model, tokenizer, config, beam_size: int, length_penalty: f
         extra_decode_length=config.extra_decode_length,
         beam_size=beam_size,
         length_penalty=alpha,
+        jit_compile=jit_compile,
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
     search = f"beam search (beam {beam_size}, alpha {alpha})" if beam_size > 1 else "greedy search"
@@ -325,7 +329,7 @@ def _run(args: argparse.Namespace) -> int:
         "train_minutes": round(train_minutes, 2),
         "preset": args.preset,
         "beam_size": args.beam_size,
-        "length_penalty": config.length_penalty if args.length_penalty is None else args.length_penalty,
+        "length_penalty": translator.length_penalty,
         "saved_model": export_path,
     }
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -368,19 +372,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from keras_transformer.decoding.translator import Translator
     from keras_transformer.export import export_saved_model
 
     model, tokenizer, config = _load_trained(args.model_dir)
-    translator = Translator(
-        model,
-        tokenizer,
-        max_length=config.max_length,
-        extra_decode_length=config.extra_decode_length,
-        beam_size=args.beam_size,
-        length_penalty=config.length_penalty if args.length_penalty is None else args.length_penalty,
-        jit_compile=args.xla,
-    )
+    translator, _, _ = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty, args.xla)
     path = export_saved_model(translator, args.export_dir, version=args.version, overwrite=args.overwrite)
     print(f"exported {path} (XLA-compiled search: {'yes' if args.xla else 'no'})", flush=True)
     return 0

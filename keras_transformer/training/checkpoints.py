@@ -245,6 +245,11 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         self._seen_in_epoch = 0
         self._first_epoch = True
 
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, batch)``: the 0-based epoch and the batches of it trained so far (resume offset included)."""
+        return self._epoch, self._batch_in_epoch
+
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
         self._batch_in_epoch = self.batch_offset if self._first_epoch else 0

@@ -429,26 +429,16 @@ class TimeBudget(keras.callbacks.Callback):
         super().__init__()
         self.seconds = float(seconds)
         self._start = None
-        self._epoch = 0
         self.stopped_early = False
 
     def on_train_begin(self, logs=None):
         if self._start is None:
             self._start = time.monotonic()
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
     def on_train_batch_end(self, batch, logs=None):
-        if not self.stopped_early and time.monotonic() - self._start >= self.seconds:
+        if time.monotonic() - self._start >= self.seconds:
             self.stopped_early = True
             self.model.stop_training = True
-            # Keras' epoch line still shows the epoch's full batch count; say where training really stopped.
-            print(
-                f"time budget of {self.seconds / 60:g} min reached after batch {batch + 1} of epoch {self._epoch + 1} "
-                "(checkpointed; re-running the same command continues from there)",
-                flush=True,
-            )
 
 
 def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -558,6 +548,18 @@ def fit(
         cbs.append(budget)
     cbs.extend(callbacks or [])
 
+    def budget_spent() -> bool:
+        if budget is None or not budget.stopped_early:
+            return False
+        # Keras' epoch line still shows the epoch's full batch count; say where training really stopped.
+        epoch, batch = saver.position
+        print(
+            f"time budget of {budget.seconds / 60:g} min reached after batch {batch} of epoch {epoch + 1} "
+            "(checkpointed; re-running the same command continues from there)",
+            flush=True,
+        )
+        return True
+
     history = None
     if skip and start_epoch < epochs:
         history = model.fit(
@@ -565,13 +567,14 @@ def fit(
             epochs=start_epoch + 1, callbacks=cbs, verbose=verbose,
         )
         start_epoch += 1
-        if model.stop_training or (budget is not None and budget.stopped_early):
+        if budget_spent() or model.stop_training:
             return history
     if start_epoch < epochs:
         history = _merge_histories(history, model.fit(
             train_data, validation_data=validation_data, initial_epoch=start_epoch,
             epochs=epochs, callbacks=cbs, verbose=verbose,
         ))
+        budget_spent()
     if history is None:
         history = keras.callbacks.History()
         history.set_model(model)
