@@ -5,22 +5,31 @@ embedded inputs; :class:`Transformer` adds the embeddings (Sections 3.4-3.5),
 the pre-softmax projection (tied to the embeddings by default) and
 incremental decoding with a static-shape key/value cache.
 
-Cache layout (:meth:`Transformer.init_cache`)::
+Cache layout (:meth:`Transformer.init_cache`), heads first so that a decoding
+step attends with plain batched matrix products::
 
     {
-        "source_mask": bool [B, S],                       # source ids != 0
+        "source_mask": bool [B, S],                            # source ids != 0
         "layer_0": {
-            "self_key":    [B, max_length, num_heads, depth],  # zeros, written at `step`
-            "self_value":  [B, max_length, num_heads, depth],
-            "cross_key":   [B, S, num_heads, depth],           # projected once
-            "cross_value": [B, S, num_heads, depth],
+            # a growing cache (init_cache without max_length; graph mode):
+            "prefix_key":   [B, num_heads, t, depth],          # the t positions decoded so far
+            "prefix_value": [B, num_heads, t, depth],
+            # or a fixed buffer (init_cache(max_length=L); XLA, static shapes):
+            "self_key":     [B, num_heads, L, depth],          # zeros, written at `step`
+            "self_value":   [B, num_heads, L, depth],
+            # always:
+            "cross_key":    [B, num_heads, S, depth],          # projected once
+            "cross_value":  [B, num_heads, S, depth],
         },
         "layer_1": {...}, ...
     }
 
-Every leaf has the batch as its leading dimension (beam search can tile or
-gather it with ``tf.nest.map_structure``); float leaves have the model's
-compute dtype.
+A growing cache costs ``O(t)`` per step (attention and beam reordering touch
+only the decoded prefix) but changes shape every step, so it needs a
+``tf.while_loop`` with shape invariants, which XLA does not compile; the fixed
+buffer has static shapes for XLA. Every leaf has the batch as its leading
+dimension (beam search can tile or gather it with ``tf.nest.map_structure``);
+float leaves have the model's compute dtype.
 """
 
 from __future__ import annotations
@@ -196,9 +205,10 @@ class Decoder(keras.layers.Layer):
             cache).
         padding_mask: optional bool ``[batch, T]`` target padding mask.
         encoder_padding_mask: optional bool ``[batch, S]`` source padding mask.
-        cache: optional dict ``{"layer_i": {"self_key", "self_value",
-            "cross_key", "cross_value"}}`` from :meth:`init_cache`.
-        cache_index: scalar int, position of the input token (with ``cache``).
+        cache: optional dict ``{"layer_i": {...}}`` from :meth:`init_cache`
+            (a growing cache, or a fixed buffer written at ``cache_index``).
+        cache_index: scalar int, position of the input token; required with
+            a fixed-buffer cache, unused with a growing one.
         training: bool.
 
     Returns:
@@ -206,8 +216,8 @@ class Decoder(keras.layers.Layer):
         ``cache`` the tuple ``(outputs, new_cache)``.
 
     Raises:
-        ValueError: for invalid sizes or rates, or a cache without
-            ``cache_index``.
+        ValueError: for invalid sizes or rates, or a fixed-buffer cache
+            without ``cache_index``.
 
     Example:
 
@@ -265,25 +275,28 @@ class Decoder(keras.layers.Layer):
             self.final_norm.build(shape)
         self.built = True
 
-    def init_cache(self, encoder_outputs, max_length: int):
+    def init_cache(self, encoder_outputs, max_length=None):
         """Per-layer key/value caches for incremental decoding (Section 3.2.3).
 
         Args:
             encoder_outputs: float tensor ``[batch, S, d_model]``.
-            max_length: python int, the number of decoding positions, or a
-                scalar int32 tensor (a per-batch cache length, see
-                :meth:`Transformer.init_cache`).
+            max_length: None for a growing cache (no position yet), or the
+                number of decoding positions of a fixed buffer: a python int
+                or a scalar int32 tensor (see :meth:`Transformer.init_cache`).
 
         Returns:
-            dict ``{"layer_i": {"self_key", "self_value": zeros [batch,
-            max_length, num_heads, depth]; "cross_key", "cross_value":
-            [batch, S, num_heads, depth]}}`` of the compute dtype.
+            dict ``{"layer_i": {...}}`` of the compute dtype, heads first:
+            ``"prefix_key"``/``"prefix_value"`` ``[batch, num_heads, 0,
+            depth]`` (growing) or ``"self_key"``/``"self_value"`` zeros
+            ``[batch, num_heads, max_length, depth]`` (fixed), and
+            ``"cross_key"``/``"cross_value"`` ``[batch, num_heads, S, depth]``.
 
         Raises:
-            ValueError: if ``max_length`` is not a positive python int or a
-                scalar integer tensor.
+            ValueError: if ``max_length`` is neither None, a positive python
+                int nor a scalar integer tensor.
         """
-        _check_cache_length("Decoder.init_cache", max_length)
+        if max_length is not None:
+            _check_cache_length("Decoder.init_cache", max_length)
         if not self.built:
             self.build(encoder_outputs.shape)
         encoder_outputs = ops.cast(encoder_outputs, self.compute_dtype)
@@ -291,10 +304,12 @@ class Decoder(keras.layers.Layer):
         cache = {}
         for i, layer in enumerate(self.decoder_layers):
             cross = layer.cross_attention.compute_key_value(encoder_outputs)
-            zeros = ops.zeros((batch, max_length, self.num_heads, self.depth), dtype=self.compute_dtype)
+            length = 0 if max_length is None else max_length
+            zeros = ops.zeros((batch, self.num_heads, length, self.depth), dtype=self.compute_dtype)
+            names = ("prefix_key", "prefix_value") if max_length is None else ("self_key", "self_value")
             cache[f"layer_{i}"] = {
-                "self_key": zeros,
-                "self_value": zeros,
+                names[0]: zeros,
+                names[1]: zeros,
                 "cross_key": cross["key"],
                 "cross_value": cross["value"],
             }
@@ -310,8 +325,6 @@ class Decoder(keras.layers.Layer):
         cache_index=None,
         training=None,
     ):
-        if cache is not None and cache_index is None:
-            raise ValueError("Decoder: a cache needs cache_index (the position of the input token)")
         x = inputs
         new_cache = {} if cache is not None else None
         for i, layer in enumerate(self.decoder_layers):
@@ -325,17 +338,21 @@ class Decoder(keras.layers.Layer):
                 )
                 continue
             layer_cache = cache[f"layer_{i}"]
+            growing = "prefix_key" in layer_cache
+            names = ("prefix_key", "prefix_value") if growing else ("self_key", "self_value")
+            if not growing and cache_index is None:
+                raise ValueError("Decoder: a fixed-buffer cache needs cache_index (the position of the input token)")
             x, self_cache = layer(
                 x,
                 encoder_padding_mask=encoder_padding_mask,
-                self_attention_cache={"key": layer_cache["self_key"], "value": layer_cache["self_value"]},
-                cache_index=cache_index,
+                self_attention_cache={"key": layer_cache[names[0]], "value": layer_cache[names[1]]},
+                cache_index=None if growing else cache_index,
                 cross_attention_cache={"key": layer_cache["cross_key"], "value": layer_cache["cross_value"]},
                 training=training,
             )
             new_cache[f"layer_{i}"] = {
-                "self_key": self_cache["key"],
-                "self_value": self_cache["value"],
+                names[0]: self_cache["key"],
+                names[1]: self_cache["value"],
                 "cross_key": layer_cache["cross_key"],
                 "cross_value": layer_cache["cross_value"],
             }
@@ -609,34 +626,39 @@ class Transformer(keras.Model):
             weights[f"layer_{i}"] = ops.cast(layer_weights, "float32")
         return weights
 
-    def init_cache(self, encoder_outputs, source_ids, max_length: int):
+    def init_cache(self, encoder_outputs, source_ids, max_length=None):
         """The incremental-decoding cache (layout in the module docstring).
 
         Args:
             encoder_outputs: float tensor ``[batch, S, d_model]`` from :meth:`encode`.
             source_ids: int tensor ``[batch, S]``.
-            max_length: python int, number of decoding steps the cache holds,
-                or a scalar int32 tensor: a cache sized per batch (the
-                Translator uses ``min(max_length, S + extra_decode_length)``;
-                dynamic in graph mode, a compile-time constant under XLA since
-                it only depends on the static width ``S``). Every later
-                ``step`` must be below it. A shorter buffer means less memory
-                traffic and attention per step, with identical logits.
+            max_length: None (default) for a growing cache, which holds only
+                the positions decoded so far (graph mode; each step costs
+                ``O(step)``). Or the number of steps a fixed buffer holds
+                (static shapes, for XLA): a python int, or a scalar int32
+                tensor (the Translator uses ``min(max_length, S +
+                extra_decode_length)``, a compile-time constant under XLA
+                since it only depends on the static width ``S``); every later
+                ``step`` must be below it.
 
         Returns:
             nested dict of tensors, every leaf with leading dim ``batch``:
-            ``source_mask`` bool ``[batch, S]`` and per layer ``self_key`` /
-            ``self_value`` zeros ``[batch, max_length, num_heads, depth]``,
-            ``cross_key`` / ``cross_value`` ``[batch, S, num_heads, depth]``.
+            ``source_mask`` bool ``[batch, S]`` and per layer
+            ``prefix_key``/``prefix_value`` ``[batch, num_heads, 0, depth]``
+            (growing) or ``self_key``/``self_value`` zeros ``[batch,
+            num_heads, max_length, depth]`` (fixed), and
+            ``cross_key``/``cross_value`` ``[batch, num_heads, S, depth]``.
 
         Raises:
-            ValueError: if ``max_length`` is not a positive python int, or
-                exceeds the learned position table.
+            ValueError: if ``max_length`` is not None, a positive python int
+                or a scalar integer tensor, or exceeds the learned position
+                table.
         """
         if not self.built:
             self.build()
-        _check_cache_length("Transformer.init_cache", max_length)
-        if self.learned_positions and not tf.is_tensor(max_length) and max_length > self.max_length:
+        if max_length is not None:
+            _check_cache_length("Transformer.init_cache", max_length)
+        if self.learned_positions and isinstance(max_length, int) and max_length > self.max_length:
             raise ValueError(
                 f"Transformer.init_cache: max_length={max_length} exceeds the learned position table "
                 f"(max_length={self.max_length})"
@@ -657,12 +679,15 @@ class Transformer(keras.Model):
         Returns:
             ``(logits, new_cache)``: float32 logits ``[batch, vocab_size]`` of
             the next token (equal to :meth:`decode` at position ``step``), and
-            the cache with this step's keys/values written at ``step``.
+            the cache with this step's keys/values appended (growing cache)
+            or written at ``step`` (fixed buffer).
 
         Raises:
             ValueError: if ``cache`` lacks ``source_mask`` or a layer entry.
-                ``step`` must be below the cache's ``max_length`` (not checked:
-                it is a tensor inside ``tf.while_loop``/XLA).
+                With a fixed buffer ``step`` must be below its length; with a
+                growing cache ``step`` must equal the number of positions it
+                holds (neither is checked: a tensor inside
+                ``tf.while_loop``/XLA).
         """
         if "source_mask" not in cache or any(f"layer_{i}" not in cache for i in range(self.num_layers)):
             raise ValueError(

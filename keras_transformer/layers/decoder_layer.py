@@ -21,11 +21,13 @@ class DecoderLayer(keras.layers.Layer):
     or, with ``norm_first=True``, ``x + Dropout(Sublayer(LayerNorm(x)))``.
 
     Incremental decoding (Section 3.2.3): pass ``self_attention_cache``
-    (``{"key", "value"}`` buffers ``[batch, max_length, num_heads, depth]``)
-    with ``cache_index`` (scalar int, the position of the single input
-    token) and ``cross_attention_cache`` (``{"key", "value"}`` ``[batch, S,
-    num_heads, depth]`` from :meth:`MultiHeadAttention.compute_key_value` of
-    ``cross_attention``); ``encoder_outputs`` may then be None.
+    (``{"key", "value"}``, heads-first ``[batch, num_heads, L, depth]``) and
+    ``cross_attention_cache`` (``{"key", "value"}`` ``[batch, num_heads, S,
+    depth]`` from :meth:`MultiHeadAttention.compute_key_value` of
+    ``cross_attention``); ``encoder_outputs`` may then be None. With
+    ``cache_index`` (scalar int, the position of the single input token) the
+    self-attention cache is a fixed buffer written at that position (XLA);
+    without it, it holds the ``L`` positions decoded so far and grows by one.
 
     Args:
         d_model: int, model width.
@@ -46,7 +48,8 @@ class DecoderLayer(keras.layers.Layer):
             of the self-attention; combined with the causal mask).
         encoder_padding_mask: optional bool ``[batch, S]`` source padding mask.
         self_attention_cache: optional dict, see above.
-        cache_index: optional scalar int, see above.
+        cache_index: optional scalar int, see above (fixed buffer); None with
+            ``self_attention_cache`` = a growing cache.
         cross_attention_cache: optional dict, see above.
         return_attention_scores: bool, also return the cross-attention weights.
         training: bool, dropout only when True.
@@ -151,7 +154,11 @@ class DecoderLayer(keras.layers.Layer):
         def self_attend(y):
             if caching:
                 return self.self_attention(
-                    y, cache=self_attention_cache, cache_index=cache_index, training=training
+                    y,
+                    cache=self_attention_cache,
+                    cache_index=cache_index,
+                    append_to_cache=cache_index is None,
+                    training=training,
                 )
             return (
                 self.self_attention(y, attention_mask=padding_mask, use_causal_mask=True, training=training),

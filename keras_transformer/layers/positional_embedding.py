@@ -195,7 +195,12 @@ class PositionalEmbedding(keras.layers.Layer):
             ``x @ embeddings^T``: tensor ``[..., vocab_size]`` of ``x``'s dtype
             (cast it to float32 for the softmax). No bias (the paper has none).
         """
-        return ops.matmul(x, ops.transpose(ops.cast(self.embeddings, x.dtype)))
+        # One 2-D MatMul with transpose_b: no [d_model, vocab] copy of the
+        # embedding matrix per call (a decoding step calls this every token).
+        shape = ops.shape(x)
+        flat = ops.reshape(x, (-1, self.d_model))
+        logits = tf.matmul(flat, ops.cast(self.embeddings, x.dtype), transpose_b=True)
+        return ops.reshape(logits, tuple(shape[:-1]) + (self.vocab_size,))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.d_model,)

@@ -25,12 +25,12 @@ def test_scaled_dot_product_known_example():
     # Scores by hand: row 0: [2, 0, 2] / 2 = [1, 0, 1]; row 1: [0, 2, 4] / 2 = [0, 1, 2].
     w0 = np.exp([1.0, 0.0, 1.0]) / np.exp([1.0, 0.0, 1.0]).sum()
     w1 = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
-    out, weights = scaled_dot_product_attention(q[None, :, None], k[None, :, None], v[None, :, None])
+    out, weights = scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])
     np.testing.assert_allclose(_np(weights)[0, 0], np.stack([w0, w1]), rtol=1e-6)
-    np.testing.assert_allclose(_np(out)[0, :, 0], np.stack([w0 @ v, w1 @ v]), rtol=1e-6)
+    np.testing.assert_allclose(_np(out)[0, 0], np.stack([w0 @ v, w1 @ v]), rtol=1e-6)
     # Masking key 2 of row 0: weights over keys 0, 1 only.
     mask = np.array([[True, True, False], [True, True, True]])
-    _, weights = scaled_dot_product_attention(q[None, :, None], k[None, :, None], v[None, :, None], mask[None, None])
+    _, weights = scaled_dot_product_attention(q[None, None], k[None, None], v[None, None], mask[None, None])
     m0 = np.exp([1.0, 0.0]) / np.exp([1.0, 0.0]).sum()
     np.testing.assert_allclose(_np(weights)[0, 0, 0], [m0[0], m0[1], 0.0], rtol=1e-6)
 
@@ -101,13 +101,26 @@ def test_causal_mask_and_incremental_cache_match():
     full, weights = mha(x, use_causal_mask=True, return_attention_scores=True)
     w = _np(weights)
     assert np.all(np.triu(np.ones((5, 5)), 1)[None, None] * w == 0.0)
-    cache = {"key": tf.zeros((2, 7, 2, 4)), "value": tf.zeros((2, 7, 2, 4))}
+    # Fixed buffer written at cache_index (XLA decoding).
+    cache = {"key": tf.zeros((2, 2, 7, 4)), "value": tf.zeros((2, 2, 7, 4))}
     for t in range(5):
         out, cache = mha(x[:, t : t + 1], cache=cache, cache_index=tf.constant(t))
         np.testing.assert_allclose(_np(out)[:, 0], _np(full)[:, t], rtol=1e-5, atol=1e-5)
-    assert np.all(_np(cache["key"])[:, 5:] == 0.0)
+    assert np.all(_np(cache["key"])[:, :, 5:] == 0.0)
+    # Growing cache (graph-mode decoding): the same outputs, and the buffer holds exactly the
+    # keys/values written into the fixed buffer.
+    grown = {"key": tf.zeros((2, 2, 0, 4)), "value": tf.zeros((2, 2, 0, 4))}
+    for t in range(5):
+        out, grown = mha(x[:, t : t + 1], cache=grown, append_to_cache=True)
+        assert grown["key"].shape == (2, 2, t + 1, 4)
+        np.testing.assert_allclose(_np(out)[:, 0], _np(full)[:, t], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_np(grown["value"]), _np(cache["value"])[:, :, :5], rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="one query position"):
         mha(x[:, :2], cache=cache, cache_index=0)
+    with pytest.raises(ValueError, match="one query position"):
+        mha(x[:, :2], cache=grown, append_to_cache=True)
+    with pytest.raises(ValueError, match="not both"):
+        mha(x[:, :1], cache=cache, cache_index=0, append_to_cache=True)
 
 
 def test_precomputed_cross_attention_cache():
@@ -118,7 +131,7 @@ def test_precomputed_cross_attention_cache():
     mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
     expected = mha(q, m, attention_mask=mask)
     kv = mha.compute_key_value(m)
-    assert kv["key"].shape == (2, 6, 2, 4)
+    assert kv["key"].shape == (2, 2, 6, 4)  # heads first
     out, same = mha(q, cache=kv, attention_mask=mask)
     np.testing.assert_array_equal(_np(same["key"]), _np(kv["key"]))
     np.testing.assert_allclose(_np(out), _np(expected), rtol=1e-6, atol=1e-6)

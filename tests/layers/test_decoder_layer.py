@@ -51,11 +51,18 @@ def test_decoder_cache_matches_full_decoding(norm_first):
     src_mask = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
     full = _np(decoder(y, enc, encoder_padding_mask=src_mask))
     cache = decoder.init_cache(tf.constant(enc), max_length=6)
-    assert cache["layer_1"]["self_key"].shape == (2, 6, 2, 8)
-    assert cache["layer_1"]["cross_value"].shape == (2, 5, 2, 8)
+    assert cache["layer_1"]["self_key"].shape == (2, 2, 6, 8)  # [batch, heads, max_length, depth]
+    assert cache["layer_1"]["cross_value"].shape == (2, 2, 5, 8)
+    grown = decoder.init_cache(tf.constant(enc))  # growing cache: no position yet
+    assert grown["layer_1"]["prefix_key"].shape == (2, 2, 0, 8)
     for t in range(4):
         out, cache = decoder(y[:, t : t + 1], encoder_padding_mask=src_mask, cache=cache, cache_index=t)
         np.testing.assert_allclose(_np(out)[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+        out, grown = decoder(y[:, t : t + 1], encoder_padding_mask=src_mask, cache=grown)
+        assert grown["layer_0"]["prefix_value"].shape == (2, 2, t + 1, 8)
+        np.testing.assert_allclose(_np(out)[:, 0], full[:, t], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="cache_index"):
+        decoder(y[:, :1], encoder_padding_mask=src_mask, cache=cache)
 
 
 def test_errors_and_config():
