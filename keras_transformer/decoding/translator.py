@@ -32,11 +32,15 @@ Decisions:
   translate exactly like the same text with U+FFFD in their place. Outputs get
   the same treatment, so every returned string is valid UTF-8 (the REST API
   and JSON clients need it) even for a byte-fallback vocabulary.
-* **Decoding speed.** The self-attention cache of a batch holds
-  ``min(max_length, S + extra_decode_length)`` positions (``S`` = source
-  width), not ``max_length``; with XLA the source width is bucketed
-  (``source_bucket_width``) to bound the compiles. Measured in
-  ``scripts/bench/decode_speed.py``.
+* **Decoding speed.** Without XLA (the default) the self-attention cache
+  grows by one position per step (a step costs ``O(step)``, not
+  ``O(max_length)``) and a sentence leaves the batch as soon as its search is
+  done (``drop_finished``), so the last steps of a batch only compute its
+  longest sentences. Under XLA, whose shapes are static, the cache is a
+  buffer of ``min(max_length, S + extra_decode_length)`` positions (``S`` =
+  source width) and the source width is bucketed (``source_bucket_width``) to
+  bound the compiles. Measured in ``scripts/bench/decode_speed.py`` and
+  ``scripts/bench/decode_vs_ctranslate2.py``.
 * **No retracing.** The public functions have a ``[None]`` string input
   signature and the inner numeric functions are traced once with
   ``[None, None]`` source ids, so new batch sizes and sentence lengths reuse
@@ -80,7 +84,8 @@ class Translator(tf.Module):
     Args:
         model: a ``keras_transformer.Transformer`` (or any object with
             ``encode(source_ids, training)``, ``init_cache(encoder_outputs,
-            source_ids, max_length)`` and ``decode_step(step_ids, step, cache)``
+            source_ids, max_length)`` (``max_length=None``: a growing cache,
+            used without XLA) and ``decode_step(step_ids, step, cache)``
             following the package contract).
         tokenizer: a ``keras_transformer.data.tokenizer.SubwordTokenizer`` (the
             shared vocabulary the model was trained with).
@@ -91,6 +96,9 @@ class Translator(tf.Module):
         beam_size: beams per sentence (4 in Section 6.1), Python int >= 1.
         length_penalty: alpha of Wu et al. (2016) (0.6 in Section 6.1), >= 0.
         jit_compile: compile encoder + search with XLA.
+        early_stopping: beam search's stopping rule (see
+            :func:`keras_transformer.decoding.search.beam_search`): False =
+            tensor2tensor's bound, True = ``beam_size`` finished candidates.
         source_bucket_width: with ``jit_compile``, source ids are 0-padded to
             a multiple of this width (capped by ``max_length``) so that XLA
             compiles at most ``ceil(max_length / width)`` programs per batch
@@ -119,6 +127,7 @@ class Translator(tf.Module):
         length_penalty: float = 0.6,
         jit_compile: bool = False,
         source_bucket_width: int = 16,
+        early_stopping: bool = False,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -150,6 +159,7 @@ class Translator(tf.Module):
         self.length_penalty = float(length_penalty)
         self.jit_compile = bool(jit_compile)
         self.source_bucket_width = source_bucket_width
+        self.early_stopping = bool(early_stopping)
         self.bos_id = int(tokenizer.bos_id)
         self.eos_id = int(tokenizer.eos_id)
         # Inner numeric functions (XLA-compilable): ids in, ids out.
@@ -165,6 +175,7 @@ class Translator(tf.Module):
             "length_penalty": self.length_penalty,
             "jit_compile": self.jit_compile,
             "source_bucket_width": self.source_bucket_width,
+            "early_stopping": self.early_stopping,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
         }
@@ -175,20 +186,21 @@ class Translator(tf.Module):
         return tf.cast(logits, tf.float32), cache
 
     def _start(self, source_ids, max_decode_lengths):
-        """Encoder outputs -> cache sized for this batch; limits clipped to it.
+        """Encoder outputs -> the decoding cache; limits clipped to ``S + extra_decode_length``.
 
-        The self-attention cache holds ``min(max_length, S +
-        extra_decode_length)`` positions (``S`` = width of ``source_ids``):
-        no sentence of the batch may decode more (its limit is its source
-        length + ``extra_decode_length``), so a longer buffer (the former
-        ``max_length``) only costs memory traffic and attention. Dynamic in
-        graph mode; a constant under XLA (``S`` is static there).
+        Without XLA the self-attention cache grows step by step
+        (``init_cache(..., None)``). Under XLA it is a buffer of
+        ``min(max_length, S + extra_decode_length)`` positions (``S`` = width
+        of ``source_ids``, static under XLA): no sentence of the batch may
+        decode more (its limit is its source length +
+        ``extra_decode_length``), so a longer buffer would only cost memory
+        traffic and attention.
         """
         encoder_outputs = self.model.encode(source_ids, training=False)
         cache_length = tf.minimum(
             tf.constant(self.max_length, tf.int32), tf.shape(source_ids)[1] + self.extra_decode_length
         )
-        cache = self.model.init_cache(encoder_outputs, source_ids, cache_length)
+        cache = self.model.init_cache(encoder_outputs, source_ids, cache_length if self.jit_compile else None)
         initial_ids = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.bos_id, tf.int32))
         if max_decode_lengths is None:
             max_decode_lengths = tf.fill(tf.shape(initial_ids), cache_length)
@@ -222,6 +234,8 @@ class Translator(tf.Module):
             max_length=self.max_length,
             eos_id=self.eos_id,
             max_decode_lengths=max_decode_lengths,
+            drop_finished=not self.jit_compile,
+            early_stopping=self.early_stopping,
         )
 
     def _greedy_search_ids(self, source_ids, max_decode_lengths):
@@ -233,6 +247,7 @@ class Translator(tf.Module):
             max_length=self.max_length,
             eos_id=self.eos_id,
             max_decode_lengths=max_decode_lengths,
+            drop_finished=not self.jit_compile,
         )
 
     # -- string handling (plain TF + tensorflow-text ops) -------------------------------

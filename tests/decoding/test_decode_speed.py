@@ -2,7 +2,8 @@
 
 * one-row cache write (``tensor_scatter_nd_update``) == numpy assignment;
 * a cache sized per batch (tensor ``max_length``, dynamic in graph mode) gives
-  the same logits as ``model.decode`` and the Translator's searches the same
+  the same logits as ``model.decode``, and the Translator's searches (graph
+  mode: growing cache, shrinking batch; XLA: buffer sized per batch) the same
   tokens as a full ``max_length`` cache;
 * beam search does not re-gather leaves returned unchanged, with the same result
   as gathering every leaf;
@@ -36,28 +37,28 @@ def inputs(translator):
 
 def test_write_position_matches_numpy_assignment():
     rng = np.random.default_rng(0)
-    buffer = rng.normal(size=(3, 5, 2, 4)).astype("float32")
-    row = rng.normal(size=(3, 1, 2, 4)).astype("float32")
+    buffer = rng.normal(size=(3, 2, 5, 4)).astype("float32")  # [batch, heads, length, depth]
+    row = rng.normal(size=(3, 2, 1, 4)).astype("float32")
     expected = buffer.copy()
-    expected[:, 2] = row[:, 0]
+    expected[:, :, 2] = row[:, :, 0]
     got = _write_position(tf.constant(buffer), tf.constant(row), tf.constant(2)).numpy()
     np.testing.assert_array_equal(got, expected)
 
 
 def test_write_position_dynamic_length_in_graph():
-    @tf.function(input_signature=[tf.TensorSpec([None, None, 2, 3]), tf.TensorSpec([None, 1, 2, 3])])
+    @tf.function(input_signature=[tf.TensorSpec([None, 2, None, 3]), tf.TensorSpec([None, 2, 1, 3])])
     def write(buffer, row):
         return _write_position(buffer, row, tf.constant(0))
 
-    out = write(tf.zeros([2, 4, 2, 3]), tf.ones([2, 1, 2, 3])).numpy()
-    assert out[:, 0].sum() == 2 * 2 * 3 and out[:, 1:].sum() == 0
+    out = write(tf.zeros([2, 2, 4, 3]), tf.ones([2, 2, 1, 3])).numpy()
+    assert out[:, :, 0].sum() == 2 * 2 * 3 and out[:, :, 1:].sum() == 0
 
 
 def test_init_cache_tensor_length_and_bad_length(model):
     source_ids = tf.constant([[5, 6, 3], [7, 3, 0]])
     encoder_outputs = model.encode(source_ids)
     cache = model.init_cache(encoder_outputs, source_ids, tf.constant(7))
-    assert cache["layer_0"]["self_key"].shape == (2, 7, model.num_heads, model.d_model // model.num_heads)
+    assert cache["layer_0"]["self_key"].shape == (2, model.num_heads, 7, model.d_model // model.num_heads)
     with pytest.raises(ValueError, match="max_length"):
         model.init_cache(encoder_outputs, source_ids, tf.constant([7, 8]))
     with pytest.raises(ValueError, match="max_length"):
@@ -74,7 +75,7 @@ def test_short_dynamic_cache_decode_step_equals_decode(model):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)])
     def run(target, length):
         cache = model.init_cache(encoder_outputs, source_ids, length)
-        assert cache["layer_0"]["self_key"].shape[1] is None  # dynamic in the graph
+        assert cache["layer_0"]["self_key"].shape[2] is None  # dynamic in the graph
         logits = []
         for step in range(5):
             step_logits, cache = model.decode_step(target[:, step], step, cache)
@@ -86,13 +87,15 @@ def test_short_dynamic_cache_decode_step_equals_decode(model):
     np.testing.assert_allclose(got[1, :2], reference[1, :2], rtol=1e-4, atol=1e-5)
 
 
-def test_translator_cache_is_sized_per_batch_and_equals_full_cache(translator, model, inputs):
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_translator_cache_equals_full_cache(translator, model, inputs, jit_compile):
+    """Graph mode grows its cache (init_cache(None)); XLA sizes a buffer per batch. Same beams as a full cache."""
     source_ids, limits = inputs["source_ids"], inputs["max_decode_lengths"]
     width = int(source_ids.shape[1])
     lengths = []
 
     def recording_init_cache(encoder_outputs, source_ids, max_length):
-        lengths.append(int(max_length))
+        lengths.append(None if max_length is None else int(max_length))
         return model.init_cache(encoder_outputs, source_ids, max_length)
 
     class Recording:
@@ -101,11 +104,15 @@ def test_translator_cache_is_sized_per_batch_and_equals_full_cache(translator, m
         init_cache = staticmethod(recording_init_cache)
 
     spy = Translator(Recording(), translator.tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA,
-                     beam_size=3, length_penalty=0.6)
+                     beam_size=3, length_penalty=0.6, jit_compile=jit_compile)
     beam_ids, beam_scores = spy._beam_search_ids(source_ids, limits)  # eager
-    assert lengths == [min(MAX_LENGTH, width + EXTRA)] and lengths[0] < MAX_LENGTH
+    greedy_ids = spy._greedy_search_ids(source_ids, limits)
+    if jit_compile:
+        assert lengths == [min(MAX_LENGTH, width + EXTRA)] * 2 and lengths[0] < MAX_LENGTH
+    else:
+        assert lengths == [None, None]
 
-    # Reference: the same searches over a full max_length cache.
+    # Reference: the same searches over a full max_length cache, static batch.
     encoder_outputs = model.encode(source_ids)
     full = model.init_cache(encoder_outputs, source_ids, MAX_LENGTH)
     fn = model.decode_step
@@ -115,6 +122,7 @@ def test_translator_cache_is_sized_per_batch_and_equals_full_cache(translator, m
     np.testing.assert_allclose(beam_scores.numpy(), ref_scores.numpy(), rtol=1e-5, atol=1e-5)
     ref_greedy = greedy_search(fn, tf.fill([3], BOS), full, max_length=MAX_LENGTH, eos_id=EOS,
                                max_decode_lengths=limits)
+    np.testing.assert_array_equal(greedy_ids.numpy(), ref_greedy.numpy())
     np.testing.assert_array_equal(translator._greedy_core(source_ids, limits).numpy(), ref_greedy.numpy())
     assert np.count_nonzero(ref_ids.numpy()) > 3 * 3
 
@@ -148,9 +156,9 @@ def test_beam_skips_unchanged_leaves_with_same_result(model, inputs):
     np.testing.assert_array_equal(ids.numpy(), ref_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), ref_scores.numpy(), rtol=1e-6)
     width = int(source_ids.shape[1])
-    cross_shape = (9, width, model.num_heads, model.d_model // model.num_heads)
+    cross_shape = (9, model.num_heads, width, model.d_model // model.num_heads)
     assert cross_shape in gathered_shapes and cross_shape not in skipped
-    assert (9, MAX_LENGTH, model.num_heads, model.d_model // model.num_heads) in skipped
+    assert (9, model.num_heads, MAX_LENGTH, model.d_model // model.num_heads) in skipped
 
 
 def test_xla_bucketed_translation_equals_graph(translator, model, tokenizer):

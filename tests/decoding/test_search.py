@@ -6,6 +6,7 @@ that beam search re-gathers the cache by parent beam). Expected outputs are
 derived by hand or by independent numpy enumeration, never copied from a run.
 """
 
+import functools
 import itertools
 import math
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.decoding import search
 from keras_transformer.decoding.search import (
     beam_search,
     greedy_search,
@@ -23,6 +25,18 @@ from keras_transformer.decoding.search import (
 PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
 V = 6
 IMPOSSIBLE = -1e9
+
+
+@pytest.fixture(params=[False, True], ids=["static", "drop_finished"])
+def drop_finished(request):
+    """Both execution modes of the searches must give the same, hand-derived results."""
+    return request.param
+
+
+def searches(drop_finished):
+    """(greedy_search, beam_search) in the given mode."""
+    return (functools.partial(search.greedy_search, drop_finished=drop_finished),
+            functools.partial(search.beam_search, drop_finished=drop_finished))
 
 
 def log_table(rows):
@@ -94,7 +108,8 @@ def test_greedy_picks_argmax_path_and_stops_at_eos():
     assert ids.numpy().tolist() == [[A, B, EOS, 0, 0, 0]]
 
 
-def test_greedy_batched_per_sentence_tables():
+def test_greedy_batched_per_sentence_tables(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     # Sentence 1: BOS -> EOS immediately.
     t1 = log_table({BOS: {EOS: 0.8, A: 0.2}, A: {EOS: 1.0}})
     ids = greedy_search(markov_fn([GREEDY_TABLE, t1]), bos(2), batch_cache(2), max_length=5, eos_id=EOS)
@@ -128,7 +143,8 @@ NO_EOS_TABLE = log_table(
 )
 
 
-def test_greedy_respects_max_decode_lengths():
+def test_greedy_respects_max_decode_lengths(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     tables = [NO_EOS_TABLE] * 4
     ids = greedy_search(
         markov_fn(tables), bos(4), batch_cache(4), max_length=6, eos_id=EOS,
@@ -153,8 +169,9 @@ def test_beam_size_one_equals_greedy():
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_beam_size_one_equals_greedy_random(alpha):
+def test_beam_size_one_equals_greedy_random(alpha, drop_finished):
     """beam_size=1 returns greedy's tokens, and the score of that path recomputed in numpy."""
+    greedy_search, beam_search = searches(drop_finished)
     rng = np.random.default_rng(1)
     tables = (rng.normal(size=(8, V, V)) * 2).astype(np.float32)
     n = len(tables)
@@ -185,7 +202,8 @@ TRAP_TABLE = log_table(
 )
 
 
-def test_beam_beats_greedy_on_crafted_example():
+def test_beam_beats_greedy_on_crafted_example(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     fn = markov_fn([TRAP_TABLE])
     greedy = greedy_search(fn, bos(1), batch_cache(1), max_length=4, eos_id=EOS).numpy()[0]
     assert greedy.tolist() == [A, A, A, EOS]  # EOS forced at max_length
@@ -228,7 +246,8 @@ RANK_HYPOTHESES = {
         (0.6, (A, EOS)),  # log .3325 / (7/6)^.6 = -1.0039 > log .36 / 1 = -1.0217
     ],
 )
-def test_beam_ranks_by_length_penalized_score(alpha, expected_best):
+def test_beam_ranks_by_length_penalized_score(alpha, expected_best, drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     expected = sorted(
         ((math.log(p) / ((5 + len(y)) / 6) ** alpha, y) for y, p in RANK_HYPOTHESES.items()),
         reverse=True,
@@ -241,7 +260,8 @@ def test_beam_ranks_by_length_penalized_score(alpha, expected_best):
     np.testing.assert_allclose(scores.numpy()[0], [s for s, _ in expected], rtol=1e-5)
 
 
-def test_beam_respects_max_decode_lengths_exhaustively():
+def test_beam_respects_max_decode_lengths_exhaustively(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     # Per sentence limits 2 and 3 on RANK_TABLE; beam 4 is exhaustive here, so the
     # result must equal the enumeration of every sequence within the limit.
     alpha = 0.6
@@ -266,7 +286,8 @@ def test_beam_respects_max_decode_lengths_exhaustively():
         np.testing.assert_allclose(scores.numpy()[b], [s for s, _ in expected], rtol=1e-5)
 
 
-def test_beam_forced_eos_when_model_never_stops():
+def test_beam_forced_eos_when_model_never_stops(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     ids, scores = beam_search(markov_fn([NO_EOS_TABLE]), bos(1), batch_cache(1), beam_size=2,
                               length_penalty=0.6, max_length=8, eos_id=EOS,
                               max_decode_lengths=tf.constant([3]))
@@ -306,7 +327,8 @@ def recompute_log_prob(table, seq):
     return total
 
 
-def test_beam_scores_match_recomputed_log_probs_with_cache_gather():
+def test_beam_scores_match_recomputed_log_probs_with_cache_gather(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     rng = np.random.default_rng(3)
     n, alpha, max_length = 3, 0.6, 6
     tables = (rng.normal(size=(n, V, V, V)) * 2).astype(np.float32)
@@ -355,7 +377,8 @@ def test_eager_function_and_xla_agree(mode):
         assert EOS in compiled[0].numpy()[b, :limit].tolist()
 
 
-def test_empty_batch():
+def test_empty_batch(drop_finished):
+    greedy_search, beam_search = searches(drop_finished)
     fn = markov_fn([GREEDY_TABLE])
     cache = {"table": tf.zeros([0], tf.int32)}
     ids = greedy_search(fn, tf.zeros([0], tf.int32), cache, max_length=4, eos_id=EOS)
@@ -375,3 +398,42 @@ def test_bad_arguments_raise_value_error():
     with pytest.raises(ValueError, match="max_decode_lengths"):
         greedy_search(fn, bos(1), batch_cache(1), max_length=3, eos_id=EOS,
                       max_decode_lengths=tf.constant([[1]]))
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 3])
+def test_drop_finished_equals_static_in_graph_mode(beam_size):
+    """In a tf.function (the exported graph), shrinking the batch changes no token and no score."""
+    rng = np.random.default_rng(5)
+    n, max_length = 7, 9
+    tables = (rng.normal(size=(n, V, V, V)) * 2).astype(np.float32)
+    fn = second_order_fn(tables)
+    limits = tf.constant([9, 3, 5, 1, 9, 6, 2])
+
+    def run(drop):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)] * 3)
+        def decode(initial_ids, table_ids, limits):
+            cache = {"table": table_ids, "prev": initial_ids}
+            greedy = greedy_search(fn, initial_ids, cache, max_length, EOS, limits, drop_finished=drop)
+            ids, scores = beam_search(fn, initial_ids, cache, beam_size, 0.6, max_length, EOS, limits,
+                                      drop_finished=drop)
+            return greedy, ids, scores
+
+        return [t.numpy() for t in decode(bos(n), tf.range(n, dtype=tf.int32), limits)]
+
+    static, dropped = run(False), run(True)
+    for a, b in zip(static, dropped):
+        np.testing.assert_array_equal(a, b)
+    assert np.count_nonzero(static[1]) > n  # real hypotheses, not an all-padding result
+
+
+def test_top_k_rows_equals_tf_top_k_with_ties():
+    rng = np.random.default_rng(6)
+    for n, k in ((8000, 8), (8000, 1), (37000, 8), (6, 4), (1000, 3)):
+        # Rounded values: many exact ties, which must resolve to the lower index like tf.math.top_k.
+        values = np.round(rng.normal(size=(5, n)) * 4).astype(np.float32)
+        got_values, got_ids = search.top_k_rows(tf.constant(values), k)
+        want_values, want_ids = tf.math.top_k(values, k)
+        np.testing.assert_array_equal(got_values.numpy(), want_values.numpy())
+        np.testing.assert_array_equal(got_ids.numpy(), want_ids.numpy())
+    with pytest.raises(ValueError, match="exceeds"):
+        search.top_k_rows(tf.zeros([2, 5]), 6)
