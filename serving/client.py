@@ -9,7 +9,7 @@ in TF Serving's *columnar* format
     {"signature_name": "serving_default", "inputs": {"sentences": [...]}}
 
 and returns the ``outputs`` dict (``translations``, ``scores``, ``truncated`` for
-``serving_default`` / ``beam_search``; see keras_transformer/export.py for the
+``serving_default`` / ``beam_search``; see keras_transformer/export/saved_model.py for the
 ``greedy`` and ``token_ids`` signatures).
 
 gRPC (:func:`predict_grpc`): ``PredictionService/Predict`` through the stub of

@@ -1,0 +1,28 @@
+"""Exports of a trained model for serving.
+
+* :mod:`keras_transformer.export.saved_model`: a TF Serving SavedModel whose
+  signatures map strings to strings (tokenization, encoder, search and
+  detokenization in the graph).
+* :mod:`keras_transformer.export.ctranslate2`: a CTranslate2 model directory
+  (the fastest CPU path; ``pip install 'keras_transformer[ctranslate2]'``).
+"""
+
+from keras_transformer.export.saved_model import (
+    CONFIG_FILENAME,
+    SIGNATURES,
+    VOCAB_ASSET_NAME,
+    WARMUP_FILENAME,
+    export_saved_model,
+    find_python_ops,
+    saved_model_op_names,
+)
+
+__all__ = [
+    "export_saved_model",
+    "find_python_ops",
+    "saved_model_op_names",
+    "SIGNATURES",
+    "CONFIG_FILENAME",
+    "VOCAB_ASSET_NAME",
+    "WARMUP_FILENAME",
+]
