@@ -5,9 +5,9 @@ A ``tf.Module`` whose ``tf.function``s take a ``[None]`` ``tf.string`` batch
 translates in Python and is exported as a SavedModel for TF Serving
 (:func:`keras_transformer.export.export_saved_model`). Tokenization uses
 ``tensorflow_text`` ops; the encoder and the search (greedy or beam, Section 6.1)
-can be compiled with XLA (``jit_compile=True``): they run in an inner
-``tf.function(jit_compile=True)`` while the string ops stay outside it (they
-have no XLA kernels).
+can be compiled with XLA (``jit_compile=True``) for small batches: they run in
+an inner ``tf.function(jit_compile=True)`` while the string ops stay outside it
+(they have no XLA kernels).
 
 Decisions:
 
@@ -36,10 +36,15 @@ Decisions:
   grows by one position per step (a step costs ``O(step)``, not
   ``O(max_length)``) and a sentence leaves the batch as soon as its search is
   done (``drop_finished``), so the last steps of a batch only compute its
-  longest sentences. Under XLA, whose shapes are static, the cache is a
-  buffer of ``min(max_length, S + extra_decode_length)`` positions (``S`` =
-  source width) and the source width is bucketed (``source_bucket_width``) to
-  bound the compiles. Measured in ``scripts/bench/decode_speed.py`` and
+  longest sentences. Beam search stops a sentence once ``beam_size`` finished
+  hypotheses are registered (``early_stopping``, the rule of fairseq and
+  CTranslate2; the exhaustive tensor2tensor bound searched 1.6x the
+  steps on Multi30k for the same BLEU). Under XLA, whose shapes are static,
+  the cache is a buffer of ``min(max_length, S + extra_decode_length)``
+  positions (``S`` = source width), the source width is bucketed
+  (``source_bucket_width``) to bound the compiles, and only batches of up to
+  ``xla_max_batch_size`` sentences take that path (XLA wins where op dispatch
+  dominates, the shrinking graph-mode batch where work does). Measured in
   ``scripts/bench/decode_vs_ctranslate2.py``.
 * **No retracing.** The public functions have a ``[None]`` string input
   signature and the inner numeric functions are traced once with
@@ -52,6 +57,7 @@ Decisions:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tensorflow as tf
@@ -95,7 +101,16 @@ class Translator(tf.Module):
             (50 in Section 6.1), Python int >= 0.
         beam_size: beams per sentence (4 in Section 6.1), Python int >= 1.
         length_penalty: alpha of Wu et al. (2016) (0.6 in Section 6.1), >= 0.
-        jit_compile: compile encoder + search with XLA.
+        jit_compile: compile encoder + search with XLA for batches of at most
+            ``xla_max_batch_size`` sentences; larger batches run the
+            graph-mode search (growing cache, shrinking batch), which skips
+            the work of finished sentences that static XLA shapes must carry
+            (measured: ``scripts/bench/decode_vs_ctranslate2.py``).
+        xla_max_batch_size: the largest batch that ``jit_compile`` sends to
+            XLA (Python int >= 1), or None for every batch (static shapes
+            throughout, e.g. for accelerators). Default 1: a single
+            sentence, where per-op dispatch dominates and XLA's fused loop
+            wins.
         early_stopping: beam search's stopping rule (see
             :func:`keras_transformer.decoding.search.beam_search`): False =
             tensor2tensor's bound, True = ``beam_size`` finished candidates.
@@ -127,7 +142,8 @@ class Translator(tf.Module):
         length_penalty: float = 0.6,
         jit_compile: bool = False,
         source_bucket_width: int = 16,
-        early_stopping: bool = False,
+        early_stopping: bool = True,
+        xla_max_batch_size: int | None = 1,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -136,6 +152,7 @@ class Translator(tf.Module):
             ("extra_decode_length", extra_decode_length, 0),
             ("beam_size", beam_size, 1),
             ("source_bucket_width", source_bucket_width, 1),
+            ("xla_max_batch_size", 1 if xla_max_batch_size is None else xla_max_batch_size, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"Translator {arg} must be an int >= {minimum}, got {value!r}")
@@ -160,11 +177,20 @@ class Translator(tf.Module):
         self.jit_compile = bool(jit_compile)
         self.source_bucket_width = source_bucket_width
         self.early_stopping = bool(early_stopping)
+        self.xla_max_batch_size = xla_max_batch_size
         self.bos_id = int(tokenizer.bos_id)
         self.eos_id = int(tokenizer.eos_id)
-        # Inner numeric functions (XLA-compilable): ids in, ids out.
-        self._beam_core = tf.function(self._beam_search_ids, jit_compile=self.jit_compile, reduce_retracing=True)
-        self._greedy_core = tf.function(self._greedy_search_ids, jit_compile=self.jit_compile, reduce_retracing=True)
+        # Inner numeric functions: ids in, ids out; graph mode, and XLA when asked.
+        self._beam_core = tf.function(functools.partial(self._beam_search_ids, xla=False), reduce_retracing=True)
+        self._greedy_core = tf.function(functools.partial(self._greedy_search_ids, xla=False), reduce_retracing=True)
+        self._beam_core_xla = self._greedy_core_xla = None
+        if self.jit_compile:
+            self._beam_core_xla = tf.function(
+                functools.partial(self._beam_search_ids, xla=True), jit_compile=True, reduce_retracing=True
+            )
+            self._greedy_core_xla = tf.function(
+                functools.partial(self._greedy_search_ids, xla=True), jit_compile=True, reduce_retracing=True
+            )
 
     def get_config(self) -> dict[str, Any]:
         """The decoding settings (JSON-serializable), recorded by the export."""
@@ -176,6 +202,7 @@ class Translator(tf.Module):
             "jit_compile": self.jit_compile,
             "source_bucket_width": self.source_bucket_width,
             "early_stopping": self.early_stopping,
+            "xla_max_batch_size": self.xla_max_batch_size,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
         }
@@ -185,7 +212,7 @@ class Translator(tf.Module):
         logits, cache = self.model.decode_step(step_ids, step, cache)
         return tf.cast(logits, tf.float32), cache
 
-    def _start(self, source_ids, max_decode_lengths):
+    def _start(self, source_ids, max_decode_lengths, xla):
         """Encoder outputs -> the decoding cache; limits clipped to ``S + extra_decode_length``.
 
         Without XLA the self-attention cache grows step by step
@@ -200,7 +227,7 @@ class Translator(tf.Module):
         cache_length = tf.minimum(
             tf.constant(self.max_length, tf.int32), tf.shape(source_ids)[1] + self.extra_decode_length
         )
-        cache = self.model.init_cache(encoder_outputs, source_ids, cache_length if self.jit_compile else None)
+        cache = self.model.init_cache(encoder_outputs, source_ids, cache_length if xla else None)
         initial_ids = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.bos_id, tf.int32))
         if max_decode_lengths is None:
             max_decode_lengths = tf.fill(tf.shape(initial_ids), cache_length)
@@ -208,14 +235,14 @@ class Translator(tf.Module):
         return initial_ids, cache, max_decode_lengths
 
     def _bucket(self, source_ids):
-        """Pads ``source_ids`` on the right to a multiple of ``source_bucket_width`` under XLA.
+        """Pads ``source_ids`` on the right to a multiple of ``source_bucket_width`` (for XLA).
 
         XLA compiles once per input shape; bucketing the source width bounds
         the compiles per batch size to ``ceil(max_length / width)``. Padding
         is masked (same translations up to float rounding); a no-op without
         ``jit_compile``.
         """
-        if not self.jit_compile or self.source_bucket_width <= 1:
+        if self.source_bucket_width <= 1:
             return source_ids
         width = tf.shape(source_ids)[1]
         bucket = self.source_bucket_width
@@ -223,8 +250,8 @@ class Translator(tf.Module):
         padded = tf.maximum(padded, width)
         return tf.pad(source_ids, [[0, 0], [0, padded - width]])
 
-    def _beam_search_ids(self, source_ids, max_decode_lengths):
-        initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths)
+    def _beam_search_ids(self, source_ids, max_decode_lengths, xla=False):
+        initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
         return beam_search(
             self._symbols_to_logits_fn,
             initial_ids,
@@ -234,12 +261,12 @@ class Translator(tf.Module):
             max_length=self.max_length,
             eos_id=self.eos_id,
             max_decode_lengths=max_decode_lengths,
-            drop_finished=not self.jit_compile,
+            drop_finished=not xla,
             early_stopping=self.early_stopping,
         )
 
-    def _greedy_search_ids(self, source_ids, max_decode_lengths):
-        initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths)
+    def _greedy_search_ids(self, source_ids, max_decode_lengths, xla=False):
+        initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
         return greedy_search(
             self._symbols_to_logits_fn,
             initial_ids,
@@ -247,7 +274,25 @@ class Translator(tf.Module):
             max_length=self.max_length,
             eos_id=self.eos_id,
             max_decode_lengths=max_decode_lengths,
-            drop_finished=not self.jit_compile,
+            drop_finished=not xla,
+        )
+
+    def _search(self, greedy, source_ids, max_decode_lengths):
+        """Greedy or beam ids of a batch: XLA for batches up to ``xla_max_batch_size``, else graph mode."""
+        graph = self._greedy_core if greedy else self._beam_core
+        if not self.jit_compile:
+            return graph(source_ids, max_decode_lengths)
+        xla = self._greedy_core_xla if greedy else self._beam_core_xla
+
+        def run_xla():
+            return xla(self._bucket(source_ids), max_decode_lengths)
+
+        if self.xla_max_batch_size is None:
+            return run_xla()
+        return tf.cond(
+            tf.shape(source_ids)[0] <= self.xla_max_batch_size,
+            run_xla,
+            lambda: graph(source_ids, max_decode_lengths),
         )
 
     # -- string handling (plain TF + tensorflow-text ops) -------------------------------
@@ -317,7 +362,7 @@ class Translator(tf.Module):
             [B, max_length] (EOS kept, 0 after), ``truncated`` [B] bool.
         """
         inputs = self.source_ids(sentences)
-        ids = self._greedy_core(self._bucket(inputs["source_ids"]), inputs["max_decode_lengths"])
+        ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"])
         ids = tf.where(inputs["empty"][:, None], tf.zeros_like(ids), ids)
         return {
             "translations": _valid_utf8(self.tokenizer.detokenize(ids)),
@@ -340,7 +385,7 @@ class Translator(tf.Module):
             input); ``truncated`` bool [B].
         """
         inputs = self.source_ids(sentences)
-        ids, scores = self._beam_core(self._bucket(inputs["source_ids"]), inputs["max_decode_lengths"])
+        ids, scores = self._search(False, inputs["source_ids"], inputs["max_decode_lengths"])
         empty = inputs["empty"]
         ids = tf.where(empty[:, None, None], tf.zeros_like(ids), ids)
         scores = tf.where(empty[:, None], tf.zeros_like(scores), scores)

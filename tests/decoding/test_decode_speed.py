@@ -105,8 +105,8 @@ def test_translator_cache_equals_full_cache(translator, model, inputs, jit_compi
 
     spy = Translator(Recording(), translator.tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA,
                      beam_size=3, length_penalty=0.6, jit_compile=jit_compile)
-    beam_ids, beam_scores = spy._beam_search_ids(source_ids, limits)  # eager
-    greedy_ids = spy._greedy_search_ids(source_ids, limits)
+    beam_ids, beam_scores = spy._beam_search_ids(source_ids, limits, xla=jit_compile)  # eager
+    greedy_ids = spy._greedy_search_ids(source_ids, limits, xla=jit_compile)
     if jit_compile:
         assert lengths == [min(MAX_LENGTH, width + EXTRA)] * 2 and lengths[0] < MAX_LENGTH
     else:
@@ -117,7 +117,8 @@ def test_translator_cache_equals_full_cache(translator, model, inputs, jit_compi
     full = model.init_cache(encoder_outputs, source_ids, MAX_LENGTH)
     fn = model.decode_step
     ref_ids, ref_scores = beam_search(fn, tf.fill([3], BOS), full, beam_size=3, length_penalty=0.6,
-                                      max_length=MAX_LENGTH, eos_id=EOS, max_decode_lengths=limits)
+                                      max_length=MAX_LENGTH, eos_id=EOS, max_decode_lengths=limits,
+                                      early_stopping=spy.early_stopping)
     np.testing.assert_array_equal(beam_ids.numpy(), ref_ids.numpy())
     np.testing.assert_allclose(beam_scores.numpy(), ref_scores.numpy(), rtol=1e-5, atol=1e-5)
     ref_greedy = greedy_search(fn, tf.fill([3], BOS), full, max_length=MAX_LENGTH, eos_id=EOS,
@@ -163,13 +164,12 @@ def test_beam_skips_unchanged_leaves_with_same_result(model, inputs):
 
 def test_xla_bucketed_translation_equals_graph(translator, model, tokenizer):
     xla = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=3,
-                     length_penalty=0.6, jit_compile=True, source_bucket_width=8)
+                     length_penalty=0.6, jit_compile=True, source_bucket_width=8, xla_max_batch_size=None)
     source = translator.source_ids(tf.constant(SENTENCES))["source_ids"]
     padded = xla._bucket(source)
     assert padded.shape[1] == min(MAX_LENGTH, -(-source.shape[1] // 8) * 8)
     np.testing.assert_array_equal(padded.numpy()[:, : source.shape[1]], source.numpy())
     assert not padded.numpy()[:, source.shape[1]:].any()
-    assert translator._bucket(source) is source  # no bucketing without XLA
     got, ref = xla.translate_ids(tf.constant(SENTENCES)), translator.translate_ids(tf.constant(SENTENCES))
     np.testing.assert_array_equal(got["output_ids"].numpy(), ref["output_ids"].numpy())
     np.testing.assert_array_equal(got["source_ids"].numpy(), ref["source_ids"].numpy())
@@ -179,3 +179,30 @@ def test_xla_bucketed_translation_equals_graph(translator, model, tokenizer):
     np.testing.assert_array_equal(greedy["output_ids"].numpy(), greedy_ref["output_ids"].numpy())
     with pytest.raises(ValueError, match="source_bucket_width"):
         Translator(model, tokenizer, max_length=MAX_LENGTH, source_bucket_width=0)
+
+
+def test_xla_only_for_small_batches_same_translations(translator, model, tokenizer):
+    """jit_compile with xla_max_batch_size=1: a single sentence takes the XLA search, a batch of 3 the
+    graph-mode search; both translate exactly like the plain (graph-mode) Translator."""
+    hybrid = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=3,
+                        length_penalty=0.6, jit_compile=True, xla_max_batch_size=1)
+    for batch in ([SENTENCES[1]], SENTENCES):
+        got, ref = hybrid.translate_ids(tf.constant(batch)), translator.translate_ids(tf.constant(batch))
+        np.testing.assert_array_equal(got["output_ids"].numpy(), ref["output_ids"].numpy())
+        np.testing.assert_allclose(got["scores"].numpy(), ref["scores"].numpy(), rtol=1e-4)
+        greedy, greedy_ref = hybrid.translate_greedy(tf.constant(batch)), translator.translate_greedy(
+            tf.constant(batch))
+        np.testing.assert_array_equal(greedy["output_ids"].numpy(), greedy_ref["output_ids"].numpy())
+    # Dispatch (eager: tf.cond runs only the branch taken): which search each batch size reaches.
+    calls = []
+    hybrid._beam_core_xla = lambda ids, limits: calls.append(("xla", int(ids.shape[0]), int(ids.shape[1])))
+    hybrid._beam_core = lambda ids, limits: calls.append(("graph", int(ids.shape[0]), int(ids.shape[1])))
+    for batch in ([SENTENCES[1]], SENTENCES):
+        inputs = hybrid.source_ids(tf.constant(batch))
+        hybrid._search(False, inputs["source_ids"], inputs["max_decode_lengths"])
+    width_1 = int(hybrid.source_ids(tf.constant([SENTENCES[1]]))["source_ids"].shape[1])
+    assert calls == [("xla", 1, min(MAX_LENGTH, -(-width_1 // 16) * 16)),  # bucketed width for XLA
+                     ("graph", 3, int(hybrid.source_ids(tf.constant(SENTENCES))["source_ids"].shape[1]))]
+    assert hybrid.get_config()["xla_max_batch_size"] == 1
+    with pytest.raises(ValueError, match="xla_max_batch_size"):
+        Translator(model, tokenizer, max_length=MAX_LENGTH, jit_compile=True, xla_max_batch_size=0)

@@ -63,6 +63,7 @@ def test_cached_beam_equals_uncached_reference_beam(translator, model, inputs):
     ref_ids, ref_scores = beam_search(
         uncached_fn(model), tf.fill([3], BOS), uncached_cache(model, source_ids), beam_size=3,
         length_penalty=0.6, max_length=MAX_LENGTH, eos_id=EOS, max_decode_lengths=limits,
+        early_stopping=translator.early_stopping,
     )
     np.testing.assert_array_equal(ids.numpy(), ref_ids.numpy())
     np.testing.assert_allclose(scores.numpy(), ref_scores.numpy(), rtol=1e-4, atol=1e-4)
@@ -80,12 +81,12 @@ def test_cached_greedy_equals_uncached_reference_search(translator, model, input
 def test_eager_function_and_xla_identical(translator, model, tokenizer, inputs):
     source_ids, limits = inputs["source_ids"], inputs["max_decode_lengths"]
     xla = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=4, beam_size=3,
-                     length_penalty=0.6, jit_compile=True)
+                     length_penalty=0.6, jit_compile=True, xla_max_batch_size=None)
     eager_beam = translator._beam_search_ids(source_ids, limits)  # plain Python: runs eagerly
     eager_greedy = translator._greedy_search_ids(source_ids, limits)
     for name, (beam, greedy) in {
         "function": (translator._beam_core(source_ids, limits), translator._greedy_core(source_ids, limits)),
-        "xla": (xla._beam_core(source_ids, limits), xla._greedy_core(source_ids, limits)),
+        "xla": (xla._beam_core_xla(source_ids, limits), xla._greedy_core_xla(source_ids, limits)),
     }.items():
         np.testing.assert_array_equal(beam[0].numpy(), eager_beam[0].numpy(), err_msg=name)
         np.testing.assert_allclose(beam[1].numpy(), eager_beam[1].numpy(), rtol=1e-4, err_msg=name)
