@@ -50,50 +50,11 @@ def _env_data_dir() -> str | None:
     return os.environ.get("KERAS_TRANSFORMER_DATA") or None
 
 
-def _batched(items: Sequence[str], size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _translate_lines(*args, **kwargs):
+    """:func:`keras_transformer.decoding.corpus.translate_lines`, imported on first use (TensorFlow loads late)."""
+    from keras_transformer.decoding.corpus import translate_lines
 
-
-def translate_lines(translate_fn, lines: Sequence[str], batch_size: int = 64, desc: str = "translating") -> list[str]:
-    """Translates ``lines`` in batches with a progress bar.
-
-    Args:
-        translate_fn: maps a 1-D ``tf.string`` tensor to a dict holding
-            ``"translations"`` (1-D ``tf.string``), e.g. a Translator's
-            ``translate`` or a SavedModel's ``serving_default``.
-        lines: sentences (``str``).
-        batch_size: sentences per call.
-        desc: progress-bar label.
-
-    Returns:
-        One ``str`` translation per line, in order. Lines whose source was
-        longer than the model's ``max_length`` (``truncated`` in the result)
-        are named in a warning on stderr: their translation is the one of
-        the source's first ``max_length - 1`` pieces, never a silent cut.
-    """
-    import tensorflow as tf
-    from tqdm import tqdm
-
-    out: list[str] = []
-    truncated: list[int] = []
-    with tqdm(total=len(lines), desc=desc, unit="sent", file=sys.stderr, disable=None) as bar:
-        for batch in _batched(list(lines), batch_size):
-            result = translate_fn(tf.constant(batch, tf.string))
-            if "truncated" in result:
-                flags = result["truncated"].numpy()
-                truncated.extend(len(out) + i + 1 for i in range(len(batch)) if flags[i])
-            out.extend(t.decode("utf-8") for t in result["translations"].numpy())
-            bar.update(len(batch))
-    if truncated:
-        shown = ", ".join(str(n) for n in truncated[:20]) + (", ..." if len(truncated) > 20 else "")
-        print(
-            f"warning: {len(truncated)} of {len(out)} sentences are longer than the model's max_length and were "
-            f"translated from their first max_length - 1 pieces (lines {shown})",
-            file=sys.stderr,
-            flush=True,
-        )
-    return out
+    return translate_lines(*args, **kwargs)
 
 
 def _read_pairs(args: argparse.Namespace):
@@ -310,7 +271,7 @@ def _run(args: argparse.Namespace) -> int:
 
     translator, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty)
     print(f"[2/4] translating Multi30k test2016 ({len(test)} sentences) with {search}", flush=True)
-    hypotheses = translate_lines(translate_fn, test.sources, batch_size=args.eval_batch_size)
+    hypotheses = _translate_lines(translate_fn, test.sources, batch_size=args.eval_batch_size)
     scores = score_corpus(hypotheses, test.targets)
     (out / "test2016.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     print("      Multi30k test2016 en-de:\n      " + str(scores).replace("\n", "\n      "), flush=True)
@@ -364,7 +325,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     model, tokenizer, config = _load_trained(args.model_dir)
     _, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty)
     print(f"translating {args.source} ({len(pairs)} sentences) with {search}", flush=True)
-    hypotheses = translate_lines(translate_fn, pairs.sources, batch_size=args.batch_size)
+    hypotheses = _translate_lines(translate_fn, pairs.sources, batch_size=args.batch_size)
     if args.output:
         pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     print(score_corpus(hypotheses, pairs.targets), flush=True)
@@ -444,7 +405,7 @@ def _translate(args: argparse.Namespace) -> int:
     lines = _decode_lines(data, name)
     loaded = tf.saved_model.load(args.saved_model)
     signature = loaded.signatures[args.signature]
-    translations = translate_lines(lambda batch: signature(batch), lines, batch_size=args.batch_size)
+    translations = _translate_lines(lambda batch: signature(batch), lines, batch_size=args.batch_size)
     text = "".join(t + "\n" for t in translations)
     if args.output == "-":
         sys.stdout.write(text)

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from keras_transformer.cli import _split_lines, main, translate_lines
+from keras_transformer.cli import _split_lines, main
+from keras_transformer.decoding.corpus import translate_lines
 
 MULTI30K = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
 
@@ -73,8 +74,18 @@ def test_translate_lines_names_the_truncated_lines(capsys):
         return {"translations": tf.strings.upper(batch), "truncated": flags}
 
     lines = ["short", "a long one", "short", "long again", "short"]
-    out = translate_lines(fake_translate, lines, batch_size=2)
-    assert out == [line.upper() for line in lines]
+    batches = []
+
+    def recording(batch):
+        batches.append([s.decode() for s in batch.numpy()])
+        return fake_translate(batch)
+
+    out = translate_lines(recording, lines, batch_size=2)
+    assert out == [line.upper() for line in lines]  # input order restored
+    # Batches of similar length: the three "short" lines together, then the two longer ones.
+    assert batches == [["short", "short"], ["short", "a long one"], ["long again"]]
+    assert translate_lines(recording, lines, batch_size=2, sort_by_length=False) == out
+    assert batches[-3:] == [["short", "a long one"], ["short", "long again"], ["short"]]
     err = capsys.readouterr().err
     assert "warning: 2 of 5 sentences are longer than the model's max_length" in err
     assert "(lines 2, 4)" in err

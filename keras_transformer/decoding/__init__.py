@@ -1,4 +1,4 @@
-"""Decoding: greedy and beam search (Section 6.1) and the string-to-string Translator.
+"""Decoding: greedy and beam search (Section 6.1), the string-to-string Translator, corpus translation.
 
 ``search`` depends on TensorFlow only; ``Translator`` is imported lazily so that
 importing the searches never needs the model or tokenizer modules.
@@ -11,7 +11,7 @@ from keras_transformer.decoding.search import (
     tile_for_beam,
 )
 
-__all__ = ["beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator"]
+__all__ = ["beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator", "translate_lines"]
 
 
 def __getattr__(name):
@@ -19,4 +19,8 @@ def __getattr__(name):
         from keras_transformer.decoding.translator import Translator
 
         return Translator
+    if name == "translate_lines":
+        from keras_transformer.decoding.corpus import translate_lines
+
+        return translate_lines
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
