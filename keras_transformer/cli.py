@@ -235,7 +235,8 @@ def _average_into(model, model_dir: pathlib.Path, last: int) -> None:
 
 
 def _make_translator(
-    model, tokenizer, config, beam_size: int, length_penalty: float | None = None, jit_compile: bool = False
+    model, tokenizer, config, beam_size: int, length_penalty: float | None = None, jit_compile: bool = False,
+    early_stopping: bool = True, xla_max_batch_size: int | None = 1,
 ):
     """(Translator, its translate function for ``beam_size``, a description); alpha defaults to the config's."""
     from keras_transformer.decoding.translator import Translator
@@ -249,6 +250,8 @@ def _make_translator(
         beam_size=beam_size,
         length_penalty=alpha,
         jit_compile=jit_compile,
+        early_stopping=early_stopping,
+        xla_max_batch_size=xla_max_batch_size,
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
     search = f"beam search (beam {beam_size}, alpha {alpha})" if beam_size > 1 else "greedy search"
@@ -269,7 +272,9 @@ def _run(args: argparse.Namespace) -> int:
     print("[1/4] vocabulary, data and training", flush=True)
     model, tokenizer, config, _, test, train_minutes = _train(args)
 
-    translator, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty)
+    translator, translate_fn, search = _make_translator(
+        model, tokenizer, config, args.beam_size, args.length_penalty, early_stopping=args.early_stopping
+    )
     print(f"[2/4] translating Multi30k test2016 ({len(test)} sentences) with {search}", flush=True)
     hypotheses = _translate_lines(translate_fn, test.sources, batch_size=args.eval_batch_size)
     scores = score_corpus(hypotheses, test.targets)
@@ -299,33 +304,23 @@ def _run(args: argparse.Namespace) -> int:
 
 def _load_trained(model_dir: str):
     """(model, tokenizer, config) from a --model-dir written by ``train`` or ``run``."""
-    import keras
+    from keras_transformer.decoding.load import load_model_dir
 
-    import keras_transformer.model  # noqa: F401  (registers the Keras classes that load_model looks up)
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.data.tokenizer import SubwordTokenizer
-
-    folder = pathlib.Path(model_dir)
-    missing = [str(folder / n) for n in ("model.keras", "spm.model", "config.json") if not (folder / n).is_file()]
-    if missing:
-        raise CliError(f"missing {', '.join(missing)} (written by `keras-transformer train` or `run`)")
-    record = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = TransformerConfig(**record["config"])
-    tokenizer = SubwordTokenizer(str(folder / "spm.model"))
-    tokenizer.check_vocabulary(record["vocab_sha256"])
-    model = keras.saving.load_model(folder / "model.keras", compile=False)
-    return model, tokenizer, config
+    return load_model_dir(model_dir)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from keras_transformer.data.sources import read_parallel_files
+    from keras_transformer.decoding.load import open_translator
     from keras_transformer.evaluation import score_corpus
 
     pairs = read_parallel_files(args.source, args.reference)
-    model, tokenizer, config = _load_trained(args.model_dir)
-    _, translate_fn, search = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty)
-    print(f"translating {args.source} ({len(pairs)} sentences) with {search}", flush=True)
-    hypotheses = _translate_lines(translate_fn, pairs.sources, batch_size=args.batch_size)
+    opened = open_translator(
+        args.model_dir, beam_size=args.beam_size, length_penalty=args.length_penalty,
+        early_stopping=args.early_stopping,
+    )
+    print(f"translating {args.source} ({len(pairs)} sentences) with {opened.description}", flush=True)
+    hypotheses = _translate_lines(opened.translate, pairs.sources, batch_size=args.batch_size)
     if args.output:
         pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     print(score_corpus(hypotheses, pairs.targets), flush=True)
@@ -333,12 +328,33 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    model, tokenizer, config = _load_trained(args.model_dir)
+    if args.format == "ctranslate2":
+        from keras_transformer.export.ctranslate2 import export_ctranslate2
+
+        if args.xla:
+            raise CliError("--xla applies to the SavedModel export, not to --format ctranslate2")
+        alpha = config.length_penalty if args.length_penalty is None else args.length_penalty
+        decoding = {"max_length": config.max_length, "extra_decode_length": config.extra_decode_length,
+                    "beam_size": args.beam_size, "length_penalty": alpha}
+        path = export_ctranslate2(model, tokenizer, args.export_dir, quantization=args.quantization,
+                                  decoding=decoding, overwrite=args.overwrite)
+        print(f"exported {path} (CTranslate2, weights {args.quantization or 'float32'}; translate it with "
+              f"`keras-transformer translate --model {path}`)", flush=True)
+        return 0
+    if args.quantization:
+        raise CliError("--quantization applies to --format ctranslate2")
     from keras_transformer.export import export_saved_model
 
-    model, tokenizer, config = _load_trained(args.model_dir)
-    translator, _, _ = _make_translator(model, tokenizer, config, args.beam_size, args.length_penalty, args.xla)
+    translator, _, _ = _make_translator(
+        model, tokenizer, config, args.beam_size, args.length_penalty, args.xla,
+        early_stopping=args.early_stopping, xla_max_batch_size=args.xla_max_batch_size or None,
+    )
     path = export_saved_model(translator, args.export_dir, version=args.version, overwrite=args.overwrite)
-    print(f"exported {path} (XLA-compiled search: {'yes' if args.xla else 'no'})", flush=True)
+    xla = "no"
+    if args.xla:
+        xla = f"yes, for batches up to {args.xla_max_batch_size}" if args.xla_max_batch_size else "yes, every batch"
+    print(f"exported {path} (XLA-compiled search: {xla})", flush=True)
     return 0
 
 
@@ -390,11 +406,14 @@ def _decode_lines(data: bytes, name: str) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
+    from keras_transformer.decoding.load import folder_kind, open_translator
 
-    if not pathlib.Path(args.saved_model, "saved_model.pb").is_file():
-        raise CliError(f"no SavedModel at {args.saved_model} (expected {args.saved_model}/saved_model.pb)")
+    if folder_kind(args.model) is None:
+        raise CliError(
+            f"no model at {args.model}: expected a SavedModel version folder ({args.model}/saved_model.pb), a "
+            "CTranslate2 export (model.bin, keras_transformer.json) or a trained model folder (model.keras, "
+            "spm.model, config.json)"
+        )
     if args.input == "-":
         name, data = "stdin", sys.stdin.buffer.read()
     else:
@@ -403,9 +422,15 @@ def _translate(args: argparse.Namespace) -> int:
             raise CliError(f"input file not found: {path}")
         name, data = str(path), path.read_bytes()
     lines = _decode_lines(data, name)
-    loaded = tf.saved_model.load(args.saved_model)
-    signature = loaded.signatures[args.signature]
-    translations = _translate_lines(lambda batch: signature(batch), lines, batch_size=args.batch_size)
+    opened = open_translator(args.model, beam_size=args.beam_size, length_penalty=args.length_penalty)
+    translate_fn = opened.translate
+    if args.signature != "serving_default":
+        if opened.kind != "saved_model":
+            raise CliError("--signature applies to a SavedModel")
+        signature = opened.translator.signatures[args.signature]
+        translate_fn = lambda batch: signature(batch)  # noqa: E731
+    print(f"translating {name} with {opened.description}", file=sys.stderr, flush=True)
+    translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size)
     text = "".join(t + "\n" for t in translations)
     if args.output == "-":
         sys.stdout.write(text)
@@ -448,6 +473,15 @@ def _alpha(text: str) -> float:
     if not value >= 0:  # also rejects nan
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
+
+
+def add_stopping_flag(p) -> None:
+    """``--no-early-stopping``: tensor2tensor's exhaustive stopping bound instead of fairseq/CTranslate2's rule."""
+    p.add_argument(
+        "--no-early-stopping", dest="early_stopping", action="store_false", default=True,
+        help="beam search stops a sentence only when no alive hypothesis can beat its finished ones "
+        "(tensor2tensor; slower, same BLEU on Multi30k) instead of once beam-size hypotheses are finished",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -522,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_flags(run, epochs=20, minutes=6.0, average_last=0)
     run.add_argument("--beam-size", type=int, default=4, help="beam size for test2016 (1: greedy)")
     run.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
+    add_stopping_flag(run)
     run.add_argument("--eval-batch-size", type=int, default=128, help="sentences per translation batch")
     run.add_argument("--num-examples", type=int, default=5, help="test sentences to print")
     run.set_defaults(func=_run)
@@ -540,27 +575,65 @@ def build_parser() -> argparse.ArgumentParser:
     average.set_defaults(func=_cmd_average)
 
     evaluate = sub.add_parser("evaluate", help="translate a test set with a trained model and score BLEU/chrF")
-    evaluate.add_argument("--model-dir", required=True)
+    evaluate.add_argument(
+        "--model-dir", required=True,
+        help="a trained model folder (train/run), a CTranslate2 export, or a SavedModel version folder "
+        "(which translates with its exported beam size and alpha)",
+    )
     evaluate.add_argument("--source", required=True, help="source sentences, one per line")
     evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned")
     evaluate.add_argument("--output", help="write the translations here")
-    evaluate.add_argument("--beam-size", type=int, default=4, help="1: greedy")
+    evaluate.add_argument(
+        "--beam-size", type=int, default=None, help="beams, 1: greedy (default 4, or a SavedModel's exported one)"
+    )
     evaluate.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
+    add_stopping_flag(evaluate)
     evaluate.add_argument("--batch-size", type=int, default=128)
     evaluate.set_defaults(func=_cmd_evaluate)
 
-    export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel")
+    export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel or for CTranslate2")
     export.add_argument("--model-dir", required=True)
-    export.add_argument("--export-dir", required=True, help="TF Serving base path; the model goes to <dir>/<version>")
-    export.add_argument("--version", type=int, default=1)
-    export.add_argument("--beam-size", type=int, default=4)
+    export.add_argument(
+        "--export-dir", required=True,
+        help="saved_model: TF Serving base path, the model goes to <dir>/<version>; ctranslate2: the model directory",
+    )
+    export.add_argument(
+        "--format", choices=("saved_model", "ctranslate2"), default="saved_model",
+        help="saved_model (TF Serving, default) or ctranslate2 (pip install 'keras_transformer[ctranslate2]')",
+    )
+    export.add_argument(
+        "--quantization", default=None,
+        choices=("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"),
+        help="ctranslate2 weight type (default: float32 as trained)",
+    )
+    export.add_argument("--version", type=int, default=1, help="saved_model version folder (default 1)")
+    export.add_argument("--beam-size", type=int, default=4, help="beam size of serving_default (default 4)")
     export.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
-    export.add_argument("--xla", action="store_true", help="XLA-compiled search (serve with --xla_cpu_compilation_enabled)")
+    add_stopping_flag(export)
+    export.add_argument(
+        "--xla", action="store_true",
+        help="XLA-compiled search for small batches (serve with --xla_cpu_compilation_enabled)",
+    )
+    export.add_argument(
+        "--xla-max-batch-size", type=int, default=1,
+        help="with --xla: the largest batch the XLA search takes; larger ones run the graph-mode search, which "
+        "drops finished sentences (0: every batch; default 1)",
+    )
     export.add_argument("--overwrite", action="store_true")
     export.set_defaults(func=_cmd_export)
 
-    tr = sub.add_parser("translate", help="translate a file or stdin with an exported SavedModel")
-    tr.add_argument("--saved-model", required=True, help="the version folder, e.g. runs/multi30k/export/1")
+    tr = sub.add_parser("translate", help="translate a file or stdin with an export or a trained model")
+    tr.add_argument(
+        "--model", "--saved-model", dest="model", required=True,
+        help="a SavedModel version folder (e.g. runs/multi30k/export/1), a CTranslate2 export or a trained model "
+        "folder (e.g. runs/multi30k)",
+    )
+    tr.add_argument(
+        "--beam-size", type=int, default=None,
+        help="beams (1: greedy); default 4, or the export's. A SavedModel keeps the beam size and alpha it was "
+        "exported with (--beam-size 1 uses its greedy signature)",
+    )
+    tr.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     tr.add_argument("--input", default="-", help="one sentence per line (default: stdin)")
     tr.add_argument("--output", default="-", help="where translations go (default: stdout)")
     tr.add_argument("--signature", default="serving_default")

@@ -1,0 +1,193 @@
+"""Opening what training and export leave on disk, for translation.
+
+Three kinds of folder translate sentences:
+
+================  ======================================================  =========================================
+kind              recognized by                                           translates with
+================  ======================================================  =========================================
+``model_dir``     ``model.keras``, ``spm.model``, ``config.json``          a :class:`~keras_transformer.decoding.Translator`
+                  (``keras-transformer train`` / ``run``)                  built now: beam size and alpha chosen per run
+``saved_model``   ``saved_model.pb`` (an export's version folder)          its ``serving_default`` / ``greedy``
+                                                                          signatures: the settings it was exported with
+``ctranslate2``   ``model.bin`` + ``keras_transformer.json``               :class:`~keras_transformer.export.ctranslate2.CTranslate2Translator`
+                  (``export --format ctranslate2``)                        (beam size and alpha chosen per run)
+================  ======================================================  =========================================
+
+:func:`open_translator` returns a :class:`OpenedTranslator` whose
+``translate`` maps a 1-D ``tf.string`` batch to a dict holding
+``translations`` (and ``truncated``), the interface of
+:func:`keras_transformer.decoding.corpus.translate_lines`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["load_model_dir", "open_translator", "OpenedTranslator", "folder_kind"]
+
+_MODEL_DIR_FILES = ("model.keras", "spm.model", "config.json")
+
+
+def folder_kind(path: str | os.PathLike) -> str | None:
+    """``"model_dir"``, ``"saved_model"``, ``"ctranslate2"`` or None (see the module docstring)."""
+    path = pathlib.Path(path)
+    if (path / "saved_model.pb").is_file():
+        return "saved_model"
+    if (path / "model.bin").is_file() and (path / "keras_transformer.json").is_file():
+        return "ctranslate2"
+    if all((path / name).is_file() for name in _MODEL_DIR_FILES):
+        return "model_dir"
+    return None
+
+
+def load_model_dir(model_dir: str | os.PathLike):
+    """``(model, tokenizer, config)`` from a folder written by ``keras-transformer train`` or ``run``.
+
+    Args:
+        model_dir: the folder holding ``model.keras`` (the trained Keras
+            model), ``spm.model`` (the shared SentencePiece vocabulary) and
+            ``config.json`` (preset, configuration and vocabulary sha256).
+
+    Returns:
+        ``(Transformer, SubwordTokenizer, TransformerConfig)``.
+
+    Raises:
+        ValueError: naming the missing files, or a vocabulary whose sha256
+            differs from the one the model was trained with.
+    """
+    import keras
+
+    import keras_transformer.model  # noqa: F401  (registers the Keras classes that load_model looks up)
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.tokenizer import SubwordTokenizer
+
+    folder = pathlib.Path(model_dir)
+    missing = [str(folder / n) for n in _MODEL_DIR_FILES if not (folder / n).is_file()]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)} (written by `keras-transformer train` or `run`)")
+    record = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = TransformerConfig(**record["config"])
+    tokenizer = SubwordTokenizer(str(folder / "spm.model"))
+    tokenizer.check_vocabulary(record["vocab_sha256"])
+    model = keras.saving.load_model(folder / "model.keras", compile=False)
+    return model, tokenizer, config
+
+
+@dataclasses.dataclass
+class OpenedTranslator:
+    """A translator opened by :func:`open_translator`.
+
+    Attributes:
+        kind: ``"model_dir"``, ``"saved_model"`` or ``"ctranslate2"``.
+        translate: ``tf.string [B] -> {"translations": [B] strings,
+            "truncated": [B] bool}`` (tensors or lists).
+        description: what it runs, e.g. ``"beam search (beam 4, alpha 0.6)"``.
+        settings: the decoding settings in force (``beam_size``,
+            ``length_penalty``, ...).
+        translator: the underlying object (a ``Translator``, a loaded
+            SavedModel or a ``CTranslate2Translator``).
+    """
+
+    kind: str
+    translate: Callable[[Any], dict[str, Any]]
+    description: str
+    settings: dict[str, Any]
+    translator: Any
+
+
+def _search_description(beam_size: int, alpha: float) -> str:
+    return f"beam search (beam {beam_size}, alpha {float(alpha)})" if beam_size > 1 else "greedy search"
+
+
+def open_translator(
+    path: str | os.PathLike,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    early_stopping: bool | None = None,
+    jit_compile: bool = False,
+) -> OpenedTranslator:
+    """Opens a trained model folder, a SavedModel or a CTranslate2 export for translation.
+
+    Args:
+        path: the folder (see the module docstring for the three kinds).
+        beam_size: beams (1 = greedy); default 4 for a model folder, the
+            export's for a CTranslate2 export. A SavedModel translates with the
+            settings it was exported with: ``beam_size=1`` picks its ``greedy``
+            signature, any other value must equal the exported one.
+        length_penalty: alpha >= 0; default the model config's (model folder)
+            or the export's. Must be None or the exported value for a
+            SavedModel.
+        early_stopping: beam search's stopping rule (model folder only;
+            default True, see :class:`~keras_transformer.decoding.Translator`).
+        jit_compile: XLA for single sentences (model folder only).
+
+    Returns:
+        an :class:`OpenedTranslator`.
+
+    Raises:
+        ValueError: for a folder of none of the three kinds (naming what it
+            looked for), or settings a SavedModel cannot change (naming the
+            exported ones).
+    """
+    kind = folder_kind(path)
+    if kind is None:
+        raise ValueError(
+            f"{path} is neither a trained model folder ({', '.join(_MODEL_DIR_FILES)}), a SavedModel version folder "
+            "(saved_model.pb) nor a CTranslate2 export (model.bin, keras_transformer.json)"
+        )
+    if kind == "model_dir":
+        from keras_transformer.decoding.translator import Translator
+
+        model, tokenizer, config = load_model_dir(path)
+        beam = 4 if beam_size is None else beam_size
+        alpha = config.length_penalty if length_penalty is None else float(length_penalty)
+        translator = Translator(
+            model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
+            beam_size=beam, length_penalty=alpha, jit_compile=jit_compile,
+            early_stopping=True if early_stopping is None else early_stopping,
+        )
+        fn = translator.translate if beam > 1 else translator.translate_greedy
+        return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator)
+    if kind == "ctranslate2":
+        import tensorflow as tf  # noqa: F401  (batches arrive as tf.string tensors)
+
+        from keras_transformer.export.ctranslate2 import CTranslate2Translator
+
+        translator = CTranslate2Translator(path, beam_size=beam_size, length_penalty=length_penalty)
+
+        def translate(batch):
+            texts = [s.decode("utf-8", errors="replace") for s in batch.numpy()]
+            out = translator.translate(texts)
+            return {"translations": out["translations"], "truncated": out["truncated"]}
+
+        settings = translator.get_config()
+        return OpenedTranslator(kind, translate, "CTranslate2 " + _search_description(
+            settings["beam_size"], settings["length_penalty"]), settings, translator)
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
+
+    config_path = pathlib.Path(path, "assets.extra", "export_config.json")
+    decoding = json.loads(config_path.read_text(encoding="utf-8"))["decoding"] if config_path.is_file() else {}
+    exported_beam, exported_alpha = decoding.get("beam_size"), decoding.get("length_penalty")
+    if beam_size not in (None, 1) and exported_beam is not None and beam_size != exported_beam:
+        raise ValueError(
+            f"the SavedModel {path} was exported with beam {exported_beam}: it translates with that setting "
+            "(or greedy with beam 1); re-export it (`keras-transformer export --beam-size`) for another"
+        )
+    if length_penalty is not None and exported_alpha is not None and float(length_penalty) != float(exported_alpha):
+        raise ValueError(
+            f"the SavedModel {path} was exported with alpha {exported_alpha}: re-export it "
+            "(`keras-transformer export --length-penalty`) for another"
+        )
+    loaded = tf.saved_model.load(str(path))
+    greedy = beam_size == 1
+    signature = loaded.signatures["greedy" if greedy else "serving_default"]
+    beam = 1 if greedy else (exported_beam or 0)
+    description = ("SavedModel " + _search_description(beam, exported_alpha or 0.0)) if beam else "SavedModel"
+    return OpenedTranslator(kind, lambda batch: signature(batch), description, dict(decoding), loaded)
