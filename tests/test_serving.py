@@ -64,6 +64,19 @@ def serve(loaded, sentences, signature="serving_default"):
 
 
 def test_bad_inputs_one_output_each_no_crash(exported, loaded):
+    check_bad_inputs(exported, loaded)
+
+
+def test_bad_inputs_xla_export(exported):
+    """The --xla export runs single sentences in XLA and the batch of 7 in graph mode: same answers."""
+    _, paths = exported
+    check_bad_inputs(exported, tf.saved_model.load(paths[2]))
+    assert serve(tf.saved_model.load(paths[2]), [])["translations"].shape == (0,)
+
+
+def check_bad_inputs(exported, loaded):
+    """Every bad input alone and in one batch: one valid-UTF-8 output each, the documented behavior."""
+    assert serve(loaded, [])["translations"].shape == (0,)  # an empty batch
     mixed = serve(loaded, BAD_INPUTS)
     assert {k: v.shape for k, v in mixed.items()} == {k: (len(BAD_INPUTS),) for k in mixed}
     for i, sentence in enumerate(BAD_INPUTS):
