@@ -529,35 +529,24 @@ def beam_search(
         logits = tf.cast(logits, tf.float32)
         sentences = tf.shape(state["limits"])[0]
         vocab_size = logits.shape[-1]
+        # A row contributes at most its vocabulary (a tiny vocabulary in tests);
+        # an unknown (dynamic) vocabulary size must hold 2 * beam_size tokens.
         per_row = num_candidates if vocab_size is None else min(num_candidates, vocab_size)
-        if vocab_size is None:  # unknown vocabulary size: the plain [B, k * V] top-k
-            log_probs = tf.nn.log_softmax(logits, axis=-1)
-            per_row = None
         # log P(token | hypothesis) = logit - logsumexp(row); the row's best
         # tokens are its best logits (exact, see the module docstring).
         log_norm = tf.reduce_logsumexp(logits, axis=-1)  # [B*k]
-        force_eos = tf.repeat(step + 1 >= state["limits"], k)  # [B*k]
+        row_logits, row_ids = top_k_rows(logits, per_row)  # [B*k, n]
+        row_log_probs = row_logits - log_norm[:, None]
+        # Forced EOS (the sentence's limit): the row's only candidate is EOS,
+        # floored at -_INF / 10 so that an EOS the model deems impossible still
+        # ends a valid hypothesis; the other candidates are invalid.
+        force_eos = tf.repeat(step + 1 >= state["limits"], k)[:, None]  # [B*k, 1]
         eos_log_prob = tf.maximum(logits[:, eos_id] - log_norm, -_INF / 10)
-        if per_row is None:
-            v = tf.shape(logits)[-1]
-            not_eos = tf.not_equal(tf.range(v), eos_id)[None, :]
-            # A forced EOS the model deems impossible still yields a (very bad)
-            # valid hypothesis: its log-probability is floored at -_INF / 10.
-            forced = tf.where(not_eos, -_INF, tf.maximum(log_probs, -_INF / 10))
-            row_log_probs = tf.where(force_eos[:, None], forced, log_probs)
-            row_ids = tf.tile(tf.range(v)[None, :], [tf.shape(logits)[0], 1])
-        else:
-            row_logits, row_ids = top_k_rows(logits, per_row)  # [B*k, n]
-            row_log_probs = row_logits - log_norm[:, None]
-            # Forced EOS: the row's only candidate is EOS (floored at -_INF / 10
-            # so that an EOS the model deems impossible still ends a valid
-            # hypothesis); the other candidates are invalid.
-            forced_ids = tf.concat([tf.fill([tf.shape(logits)[0], 1], eos_id), row_ids[:, 1:]], axis=1)
-            forced_log_probs = tf.concat(
-                [eos_log_prob[:, None], tf.fill(tf.shape(row_log_probs[:, 1:]), -_INF)], axis=1
-            )
-            row_ids = tf.where(force_eos[:, None], forced_ids, row_ids)
-            row_log_probs = tf.where(force_eos[:, None], forced_log_probs, row_log_probs)
+        rows = tf.shape(logits)[0]
+        forced_ids = tf.concat([tf.fill([rows, 1], eos_id), row_ids[:, 1:]], axis=1)
+        forced_log_probs = tf.concat([eos_log_prob[:, None], tf.fill([rows, per_row - 1], -_INF)], axis=1)
+        row_ids = tf.where(force_eos, forced_ids, row_ids)
+        row_log_probs = tf.where(force_eos, forced_log_probs, row_log_probs)
         width = tf.shape(row_ids)[-1]
         candidate_log_probs = state["alive_log_probs"][:, :, None] + tf.reshape(row_log_probs, [sentences, k, width])
         flat_candidates = tf.reshape(candidate_log_probs, [sentences, k * width])
