@@ -7,6 +7,14 @@
   (the fastest CPU path; ``pip install 'keras_transformer[ctranslate2]'``).
 """
 
+# No ctranslate2 import here: the module imports it inside its functions (an optional extra).
+from keras_transformer.export.ctranslate2 import (
+    CT2_RECORD_FILENAME,
+    CT2_VOCAB_FILENAME,
+    QUANTIZATIONS,
+    CTranslate2Translator,
+    export_ctranslate2,
+)
 from keras_transformer.export.saved_model import (
     CONFIG_FILENAME,
     SIGNATURES,
@@ -25,4 +33,9 @@ __all__ = [
     "CONFIG_FILENAME",
     "VOCAB_ASSET_NAME",
     "WARMUP_FILENAME",
+    "export_ctranslate2",
+    "CTranslate2Translator",
+    "QUANTIZATIONS",
+    "CT2_RECORD_FILENAME",
+    "CT2_VOCAB_FILENAME",
 ]
