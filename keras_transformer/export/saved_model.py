@@ -79,11 +79,24 @@ _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 
 class _ExportModule(tf.Module):
-    """Root object of the SavedModel: the translator, its functions and the vocabulary asset."""
+    """Root object of the SavedModel: the translator's functions, its weights and the vocabulary asset.
+
+    The weights are tracked as the ``tf.Variable`` objects the functions read
+    (``keras.Variable.value``), not through the Keras model: tracked through a
+    Keras 3 model, the SavedModel's saver restores a second, unused copy of
+    every variable under another name, so TensorFlow's C++ loader (the one TF
+    Serving uses) runs the signatures on uninitialized variables ("Could not
+    find variable transformer/..."), while Python's ``tf.saved_model.load``,
+    which restores through the object graph, works. ``tests/test_serving_cpp.py``
+    loads every export with the C++ loader.
+    """
 
     def __init__(self, translator: Any, vocab_path: str):
+        import keras
+
         super().__init__(name="keras_transformer_translator")
-        self.translator = translator
+        self.tokenizer = translator.tokenizer
+        self.model_variables = [v.value if isinstance(v, keras.Variable) else v for v in translator.model.variables]
         self.translate = translator.translate
         self.translate_greedy = translator.translate_greedy
         self.translate_ids = translator.translate_ids
