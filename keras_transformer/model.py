@@ -728,3 +728,31 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+    def with_dtype_policy(self, policy="float32") -> "Transformer":
+        """A copy of this model (same weights) computing under another dtype policy.
+
+        Mixed precision keeps float32 variables and casts them to the compute
+        dtype at every call: a model trained with ``mixed_bfloat16`` and
+        decoded as is casts every weight matrix at every decoding step (87
+        casts per step for the ``small`` preset, 60% of a CPU sentence's
+        time). The Translator decodes a float32 copy instead.
+
+        Args:
+            policy: a Keras dtype policy or its name, e.g. ``"float32"``.
+
+        Returns:
+            this model if it already has ``policy``, else a new
+            :class:`Transformer` with the same configuration and weights.
+        """
+        policy = keras.dtype_policies.get(policy)
+        if policy.name == self.dtype_policy.name:
+            return self
+        if not self.built:
+            self.build()
+        config = self.get_config()
+        config["dtype"] = keras.dtype_policies.serialize(policy)
+        copy = type(self).from_config(config)
+        copy.build()
+        copy.set_weights(self.get_weights())
+        return copy

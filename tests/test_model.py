@@ -125,6 +125,12 @@ def test_cached_decode_step_matches_decode(overrides):
 
     run(model.decode_step)
     run(tf.function(model.decode_step, jit_compile=True))
+    # A growing cache (graph-mode decoding) gives the same logits and holds exactly t + 1 positions.
+    cache = model.init_cache(encoder_outputs, SRC)
+    for t in range(5):
+        logits, cache = model.decode_step(tf.constant(tgt[:, t]), tf.constant(t, tf.int32), cache)
+        assert cache["layer_0"]["prefix_key"].shape[2] == t + 1
+        np.testing.assert_allclose(_np(logits), full[:, t], rtol=1e-4, atol=1e-4)
 
 
 def test_get_config_and_keras_round_trip(tmp_path):
@@ -172,6 +178,25 @@ def test_mixed_precision_trains_and_decodes(policy, restore_policy):
     logits, cache = model.decode_step(tf.constant([2, 2]), tf.constant(0), cache)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
     assert np.all(np.isfinite(_np(logits)))
+
+
+def test_with_dtype_policy_copies_weights_into_float32(restore_policy):
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    keras.utils.set_random_seed(0)
+    model = _tiny()
+    model((SRC, TGT))
+    keras.mixed_precision.set_global_policy("float32")
+    copy = model.with_dtype_policy("float32")
+    assert model.compute_dtype == "bfloat16" and copy.compute_dtype == "float32"
+    assert copy is not model and copy.with_dtype_policy("float32") is copy
+    for a, b in zip(model.get_weights(), copy.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # The same function, computed in float32 instead of bfloat16 (8 bits of mantissa).
+    expected = _np(model((SRC, TGT)))
+    got = _np(copy((SRC, TGT)))
+    assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+    reference = _np(_tiny().with_dtype_policy("float32")((SRC, TGT)))  # another model: far away
+    assert np.abs(got - expected).max() < np.abs(reference - expected).max()
 
 
 def test_bad_hyper_parameters():

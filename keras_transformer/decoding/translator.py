@@ -106,6 +106,11 @@ class Translator(tf.Module):
             graph-mode search (growing cache, shrinking batch), which skips
             the work of finished sentences that static XLA shapes must carry
             (measured: ``scripts/bench/decode_vs_ctranslate2.py``).
+        compute_dtype: decode a copy of the model computing in this dtype
+            (``Transformer.with_dtype_policy``) when the model's policy
+            computes in another, e.g. after ``mixed_bfloat16`` training;
+            default ``"float32"`` (no per-step weight casts on CPU); None
+            decodes the model as it is (e.g. float16 on a GPU).
         xla_max_batch_size: the largest batch that ``jit_compile`` sends to
             XLA (Python int >= 1), or None for every batch (static shapes
             throughout, e.g. for accelerators). Default 1: a single
@@ -144,6 +149,7 @@ class Translator(tf.Module):
         source_bucket_width: int = 16,
         early_stopping: bool = True,
         xla_max_batch_size: int | None = 1,
+        compute_dtype: str | None = "float32",
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -168,6 +174,8 @@ class Translator(tf.Module):
             raise ValueError(
                 f"tokenizer vocab_size ({tokenizer.vocab_size}) exceeds the model's vocab_size ({model_vocab})"
             )
+        if compute_dtype is not None and getattr(model, "compute_dtype", compute_dtype) != compute_dtype:
+            model = model.with_dtype_policy(compute_dtype)
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length

@@ -9,9 +9,10 @@ EOS included) and the ratio against (a):
     ``model.decode`` on the whole prefix at every step (encoder run once,
     ``tf.function`` with a growing prefix, no key/value cache);
 (b) ``cached greedy``: :meth:`Translator._greedy_core` (key/value cache,
-    Section 3.2.3), XLA off and on;
-(c) ``beam``: :meth:`Translator._beam_core` (beam 4, alpha 0.6, Section 6.1),
-    XLA off and on.
+    Section 3.2.3; graph mode: growing cache, shrinking batch) and
+    ``_greedy_core_xla`` (static shapes);
+(c) ``beam``: :meth:`Translator._beam_core` (beam 4, alpha 0.6, Section 6.1)
+    and ``_beam_core_xla``.
 
 Tokenization is done once before timing (every mode decodes the same
 ``source_ids``). Each mode first runs on the first batch (``warm-up``: tracing,
@@ -161,9 +162,9 @@ def main(argv=None):
     modes = {
         "a": ("(a) uncached greedy (tutorial)", uncached_greedy_fn(model, plain.eos_id, plain.bos_id), None),
         "b": ("(b) cached greedy", plain._greedy_core, None),
-        "b-xla": ("(b) cached greedy, XLA", xla_counter(xla._greedy_core), True),
+        "b-xla": ("(b) cached greedy, XLA", xla_counter(xla._greedy_core_xla), True),
         "c": (f"(c) beam {args.beam_size}", plain._beam_core, None),
-        "c-xla": (f"(c) beam {args.beam_size}, XLA", xla_counter(xla._beam_core), True),
+        "c-xla": (f"(c) beam {args.beam_size}, XLA", xla_counter(xla._beam_core_xla), True),
     }
     results = {}
     for key in args.modes.split(","):

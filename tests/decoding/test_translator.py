@@ -169,3 +169,19 @@ def test_batching_does_not_change_translations(translator):
         alone = translator.translate_ids(tf.constant([sentence]))
         np.testing.assert_array_equal(alone["output_ids"].numpy()[0], batched["output_ids"].numpy()[i])
         np.testing.assert_allclose(alone["scores"].numpy()[0], batched["scores"].numpy()[i], rtol=1e-4, atol=1e-4)
+
+
+def test_mixed_precision_model_is_decoded_in_float32(translator, model, tokenizer):
+    """A model trained under mixed_bfloat16 is decoded as a float32 copy: no weight casts per step, and the
+    same translations as the float32 model with the same weights."""
+    bf16 = model.with_dtype_policy("mixed_bfloat16")
+    assert bf16.compute_dtype == "bfloat16"
+    converted = Translator(bf16, tokenizer, max_length=translator.max_length,
+                           extra_decode_length=translator.extra_decode_length, beam_size=translator.beam_size,
+                           length_penalty=translator.length_penalty)
+    assert converted.model.compute_dtype == "float32"
+    sentences = tf.constant(["A dog runs.", "Two men play soccer in the park."])
+    assert (converted.translate(sentences)["translations"].numpy().tolist()
+            == translator.translate(sentences)["translations"].numpy().tolist())
+    kept = Translator(bf16, tokenizer, max_length=translator.max_length, compute_dtype=None)
+    assert kept.model is bf16
