@@ -162,7 +162,9 @@ class MultiHeadAttention(keras.layers.Layer):
         **kwargs: base layer arguments.
 
     Call arguments:
-        query: float tensor ``[batch, T, d_model]``.
+        query: float tensor ``[batch, T, d_model]``, or ``[batch, d_model]``
+            for one position per row (a decoding step: no time axis, so every
+            projection is a plain 2-D matrix product).
         value: float tensor ``[batch, S, d_model]``; defaults to ``query``
             (self-attention). Ignored with a precomputed cache.
         key: float tensor ``[batch, S, d_model]``; defaults to ``value``.
@@ -180,7 +182,8 @@ class MultiHeadAttention(keras.layers.Layer):
         training: bool, dropout only when True.
 
     Returns:
-        ``outputs`` ``[batch, T, d_model]`` of the compute dtype; with
+        ``outputs`` ``[batch, T, d_model]`` (``[batch, d_model]`` for a
+        rank-2 query) of the compute dtype; with
         ``return_attention_scores`` also ``weights`` float32 ``[batch,
         num_heads, T, S]``; with ``cache`` also the (updated) cache dict. Order:
         ``(outputs, weights, cache)``, absent items skipped.
@@ -253,17 +256,23 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, x):
-        """``[B, L, d_model] -> [B, num_heads, L, depth]`` (a reshape alone when ``L == 1``)."""
+        """``[B, L, d_model] -> [B, num_heads, L, depth]``; ``[B, d_model]`` (one position) -> ``[B, num_heads, 1, depth]``.
+
+        One position (a decoding step) has the same memory order in both
+        layouts: a reshape alone, no transpose and no shape arithmetic.
+        """
+        if len(x.shape) == 2 or x.shape[1] == 1:
+            return ops.reshape(x, (-1, self.num_heads, 1, self.depth))
         shape = ops.shape(x)
-        if x.shape[1] == 1:  # one position (a decoding step): same memory order, no transpose
-            return ops.reshape(x, (shape[0], self.num_heads, 1, self.depth))
         return ops.transpose(ops.reshape(x, (shape[0], shape[1], self.num_heads, self.depth)), (0, 2, 1, 3))
 
-    def _merge_heads(self, x):
-        """``[B, num_heads, L, depth] -> [B, L, d_model]`` (a reshape alone when ``L == 1``)."""
-        shape = ops.shape(x)
+    def _merge_heads(self, x, rank):
+        """``[B, num_heads, L, depth] -> [B, L, d_model]``, or ``[B, d_model]`` for a rank-2 query."""
+        if rank == 2:
+            return ops.reshape(x, (-1, self.d_model))
         if x.shape[2] == 1:
-            return ops.reshape(x, (shape[0], 1, self.d_model))
+            return ops.reshape(x, (-1, 1, self.d_model))
+        shape = ops.shape(x)
         return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (shape[0], shape[2], self.d_model))
 
     def compute_key_value(self, value, key=None):
@@ -334,7 +343,7 @@ class MultiHeadAttention(keras.layers.Layer):
             k = self._split_heads(self.key_dense(key))
             v = self._split_heads(self.value_dense(value))
             if cache is not None:
-                if query.shape[1] is not None and query.shape[1] != 1:
+                if len(query.shape) == 3 and query.shape[1] is not None and query.shape[1] != 1:
                     raise ValueError(
                         "MultiHeadAttention: a self-attention cache (cache_index or append_to_cache) needs exactly "
                         f"one query position, got query shape {tuple(query.shape)}"
@@ -358,7 +367,7 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = attention_weights(q, k, mask)
         dropped = self.dropout(weights, training=training)
         heads = tf.matmul(ops.cast(dropped, v.dtype), v)
-        outputs = self.output_dense(self._merge_heads(heads))
+        outputs = self.output_dense(self._merge_heads(heads, len(query.shape)))
         result = (outputs,)
         if return_attention_scores:
             result += (weights,)

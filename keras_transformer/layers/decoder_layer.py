@@ -41,7 +41,8 @@ class DecoderLayer(keras.layers.Layer):
         **kwargs: base layer arguments.
 
     Call arguments:
-        inputs: float tensor ``[batch, T, d_model]`` (T = 1 with a cache).
+        inputs: float tensor ``[batch, T, d_model]`` (T = 1 with a cache), or
+            ``[batch, d_model]`` for one position per row (a decoding step).
         encoder_outputs: float tensor ``[batch, S, d_model]``, or None with
             ``cross_attention_cache``.
         padding_mask: optional bool ``[batch, T]`` target padding mask (keys
@@ -55,7 +56,7 @@ class DecoderLayer(keras.layers.Layer):
         training: bool, dropout only when True.
 
     Returns:
-        ``outputs`` ``[batch, T, d_model]`` of the compute dtype; then, if
+        ``outputs`` shaped like ``inputs``, of the compute dtype; then, if
         requested, cross-attention weights float32 ``[batch, num_heads, T,
         S]``; then, with ``self_attention_cache``, the updated cache dict.
 

@@ -195,7 +195,7 @@ def test_xla_only_for_small_batches_same_translations(translator, model, tokeniz
         np.testing.assert_array_equal(greedy["output_ids"].numpy(), greedy_ref["output_ids"].numpy())
     # Dispatch (eager: tf.cond runs only the branch taken): which search each batch size reaches.
     calls = []
-    hybrid._beam_core_xla = lambda ids, limits: calls.append(("xla", int(ids.shape[0]), int(ids.shape[1])))
+    hybrid._beam_core_xla = lambda ids, limits, **kw: calls.append(("xla", int(ids.shape[0]), int(ids.shape[1])))
     hybrid._beam_core = lambda ids, limits: calls.append(("graph", int(ids.shape[0]), int(ids.shape[1])))
     for batch in ([SENTENCES[1]], SENTENCES):
         inputs = hybrid.source_ids(tf.constant(batch))

@@ -115,6 +115,12 @@ def test_causal_mask_and_incremental_cache_match():
         assert grown["key"].shape == (2, 2, t + 1, 4)
         np.testing.assert_allclose(_np(out)[:, 0], _np(full)[:, t], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(_np(grown["value"]), _np(cache["value"])[:, :, :5], rtol=1e-6, atol=1e-6)
+    # A rank-2 query (one position per row, no time axis): the same outputs, shaped [batch, d_model].
+    flat = {"key": tf.zeros((2, 2, 0, 4)), "value": tf.zeros((2, 2, 0, 4))}
+    for t in range(5):
+        out, flat = mha(x[:, t], cache=flat, append_to_cache=True)
+        assert out.shape == (2, 8)
+        np.testing.assert_allclose(_np(out), _np(full)[:, t], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="one query position"):
         mha(x[:, :2], cache=cache, cache_index=0)
     with pytest.raises(ValueError, match="one query position"):
