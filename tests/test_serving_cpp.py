@@ -12,7 +12,7 @@ Multi30k sentences mixed with bad inputs (empty, whitespace only, invalid UTF-8,
 The export is the session's shared tiny one (tests/decoding/_shared.py): version 1
 plain, version 2 XLA-compiled. The program mirrors tensorflow_model_server's
 ``--xla_cpu_compilation_enabled`` (off by default): the XLA export's XLA path
-(batches of at most ``xla_max_batch_size`` sentences) must fail without it, as in
+(searches of at most ``xla_max_rows`` decoding rows) must fail without it, as in
 the server, and match Python with it.
 
 The C++ tests are skipped when ``g++`` is not on PATH. One check needs no compiler:
@@ -187,19 +187,28 @@ def test_xla_export_runs_only_with_xla_cpu_compilation_enabled(binary, op_librar
     with open(os.path.join(paths[2], "assets.extra", "export_config.json"), encoding="utf-8") as f:
         config = json.load(f)
     assert config["xla_compiled"] is True
-    # Batches of at most xla_max_batch_size sentences take the XLA-compiled search.
-    size = config["decoding"]["xla_max_batch_size"] or 2
-    sentences = real_sentences[:size]
-    stdin = b"\n".join(sentences)  # no final newline: the last line still counts
+    # Searches of at most xla_max_rows decoding rows take the XLA-compiled search: with the default
+    # (1), greedy search of a single sentence.
+    rows = config["decoding"]["xla_max_rows"]
+    assert rows == 1
+    sentences = real_sentences[:1]
+    stdin = sentences[0]  # no final newline: the line still counts
 
-    refused = _run(binary, paths[2], stdin, op_libraries)
+    refused = _run(binary, paths[2], stdin, op_libraries, "--signature", "greedy")
     assert refused.returncode != 0
     assert b"XLA compilation disabled" in refused.stderr  # TF Serving's default
     assert refused.stdout == b""
 
-    expected = _python_translations(paths[2], sentences)
-    lines = _output_lines(_run(binary, paths[2], stdin, op_libraries, "--xla_cpu_compilation_enabled"))
-    assert lines == expected and len(lines) == size and all(lines)
+    expected = _python_translations(paths[2], sentences, "greedy")
+    lines = _output_lines(_run(binary, paths[2], stdin, op_libraries, "--signature", "greedy",
+                               "--xla_cpu_compilation_enabled"))
+    assert lines == expected and len(lines) == 1 and all(lines)
+    # Beam search (2 beams x 1 sentence = 2 rows) and larger greedy batches run in graph mode: no flag needed.
+    beam = _output_lines(_run(binary, paths[2], stdin, op_libraries))
+    assert beam == _python_translations(paths[2], sentences)
+    batch = b"\n".join(real_sentences[:3])
+    greedy = _output_lines(_run(binary, paths[2], batch, op_libraries, "--signature", "greedy"))
+    assert greedy == _python_translations(paths[2], real_sentences[:3], "greedy")
 
 
 @needs_gxx

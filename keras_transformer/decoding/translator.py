@@ -42,8 +42,8 @@ Decisions:
   steps on Multi30k for the same BLEU). Under XLA, whose shapes are static,
   the cache is a buffer of ``min(max_length, S + extra_decode_length)``
   positions (``S`` = source width), the source width is bucketed
-  (``source_bucket_width``) to bound the compiles, and only batches of up to
-  ``xla_max_batch_size`` sentences take that path (XLA wins where op dispatch
+  (``source_bucket_width``) to bound the compiles, and only searches of up to
+  ``xla_max_rows`` decoding rows take that path (XLA wins where op dispatch
   dominates, the shrinking graph-mode batch where work does). Measured in
   ``scripts/bench/decode_vs_ctranslate2.py``.
 * **No retracing.** The public functions have a ``[None]`` string input
@@ -57,6 +57,7 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -101,28 +102,19 @@ class Translator(tf.Module):
             (50 in Section 6.1), Python int >= 0.
         beam_size: beams per sentence (4 in Section 6.1), Python int >= 1.
         length_penalty: alpha of Wu et al. (2016) (0.6 in Section 6.1), >= 0.
-        jit_compile: compile encoder + search with XLA for batches of at most
-            ``xla_max_batch_size`` sentences; larger batches run the
-            graph-mode search (growing cache, shrinking batch), which skips
-            the work of finished sentences that static XLA shapes must carry
-            (measured: ``scripts/bench/decode_vs_ctranslate2.py``).
-        compute_dtype: decode a copy of the model computing in this dtype
-            (``Transformer.with_dtype_policy``) when the model's policy
-            computes in another, e.g. after ``mixed_bfloat16`` training;
-            default ``"float32"`` (no per-step weight casts on CPU); None
-            decodes the model as it is (e.g. float16 on a GPU).
-        xla_max_batch_size: the largest batch that ``jit_compile`` sends to
-            XLA (Python int >= 1), or None for every batch (static shapes
-            throughout, e.g. for accelerators). Default 1: a single
+        jit_compile: compile encoder + search with XLA for searches of at
+            most ``xla_max_rows`` decoding rows (sentences x beams); larger
+            ones run the graph-mode search (growing cache, shrinking batch),
+            which skips the work of finished sentences that static XLA
+            shapes must carry (measured: ``scripts/bench/decode_vs_ctranslate2.py``).
+        xla_max_rows: the most decoding rows (batch size, times ``beam_size``
+            for beam search) that ``jit_compile`` sends to XLA (Python int
+            >= 1), or None for every search (static shapes throughout, e.g.
+            for accelerators). Default 1: greedy search of a single
             sentence, where per-op dispatch dominates and XLA's fused loop
-            wins.
-        early_stopping: beam search's stopping rule (see
-            :func:`keras_transformer.decoding.search.beam_search`): False =
-            tensor2tensor's bound, True = ``beam_size`` finished candidates.
-        source_bucket_width: with ``jit_compile``, source ids are 0-padded to
-            a multiple of this width (capped by ``max_length``) so that XLA
-            compiles at most ``ceil(max_length / width)`` programs per batch
-            size; Python int >= 1 (1 = no bucketing). Unused without XLA.
+            wins (2x the graph-mode sentences/s); XLA's beam search was
+            slower than the graph-mode one at every batch size measured on a
+            CPU (XLA's CPU matrix products of 2-8 rows are slow).
         name: module name.
 
     Raises:
@@ -148,7 +140,7 @@ class Translator(tf.Module):
         jit_compile: bool = False,
         source_bucket_width: int = 16,
         early_stopping: bool = True,
-        xla_max_batch_size: int | None = 1,
+        xla_max_rows: int | None = 1,
         compute_dtype: str | None = "float32",
         name: str | None = None,
     ):
@@ -158,7 +150,7 @@ class Translator(tf.Module):
             ("extra_decode_length", extra_decode_length, 0),
             ("beam_size", beam_size, 1),
             ("source_bucket_width", source_bucket_width, 1),
-            ("xla_max_batch_size", 1 if xla_max_batch_size is None else xla_max_batch_size, 1),
+            ("xla_max_rows", 1 if xla_max_rows is None else xla_max_rows, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"Translator {arg} must be an int >= {minimum}, got {value!r}")
@@ -185,7 +177,7 @@ class Translator(tf.Module):
         self.jit_compile = bool(jit_compile)
         self.source_bucket_width = source_bucket_width
         self.early_stopping = bool(early_stopping)
-        self.xla_max_batch_size = xla_max_batch_size
+        self.xla_max_rows = xla_max_rows
         self.bos_id = int(tokenizer.bos_id)
         self.eos_id = int(tokenizer.eos_id)
         # Inner numeric functions: ids in, ids out; graph mode, and XLA when asked.
@@ -210,7 +202,7 @@ class Translator(tf.Module):
             "jit_compile": self.jit_compile,
             "source_bucket_width": self.source_bucket_width,
             "early_stopping": self.early_stopping,
-            "xla_max_batch_size": self.xla_max_batch_size,
+            "xla_max_rows": self.xla_max_rows,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
         }
@@ -270,7 +262,32 @@ class Translator(tf.Module):
         padded = tf.maximum(padded, width)
         return tf.pad(source_ids, [[0, 0], [0, padded - width]])
 
+    def _weights_read_once(self):
+        """A scope in which the model's variables are read once, before the decoding loop.
+
+        Inside the loop every Keras layer reads its variables at every step
+        (one ``ReadVariableOp`` per weight and step, 69 per step for the
+        ``small`` preset); a ``keras.StatelessScope`` maps each variable to
+        its value read here, which the loop then captures as a loop
+        invariant. Weights are still read at every call, so a model trained
+        further is translated with its current weights.
+        """
+        import keras
+
+        variables = getattr(self.model, "variables", None)
+        if not variables:
+            return contextlib.nullcontext()
+        return keras.StatelessScope(state_mapping=[(v, tf.convert_to_tensor(v)) for v in variables])
+
     def _beam_search_ids(self, source_ids, max_decode_lengths, xla=False, output_matrix=None):
+        with self._weights_read_once():
+            return self._beam_search_loop(source_ids, max_decode_lengths, xla, output_matrix)
+
+    def _greedy_search_ids(self, source_ids, max_decode_lengths, xla=False, output_matrix=None):
+        with self._weights_read_once():
+            return self._greedy_search_loop(source_ids, max_decode_lengths, xla, output_matrix)
+
+    def _beam_search_loop(self, source_ids, max_decode_lengths, xla, output_matrix):
         initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
         return beam_search(
             self._symbols_to_logits_fn(self._output_matrix() if output_matrix is None else output_matrix),
@@ -285,10 +302,13 @@ class Translator(tf.Module):
             early_stopping=self.early_stopping,
         )
 
-    def _greedy_search_ids(self, source_ids, max_decode_lengths, xla=False, output_matrix=None):
+    def _greedy_search_loop(self, source_ids, max_decode_lengths, xla, output_matrix):
         initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
+        # Greedy search keeps the model's transpose_b logits product: its
+        # single rows gain nothing from the transposed output matrix, whose
+        # copy (8 MB for the small preset) would cost 5-9% of a sentence.
         return greedy_search(
-            self._symbols_to_logits_fn(self._output_matrix() if output_matrix is None else output_matrix),
+            self._symbols_to_logits_fn(output_matrix),
             initial_ids,
             cache,
             max_length=self.max_length,
@@ -298,28 +318,19 @@ class Translator(tf.Module):
         )
 
     def _search(self, greedy, source_ids, max_decode_lengths):
-        """Greedy or beam ids of a batch: XLA for batches up to ``xla_max_batch_size``, else graph mode."""
+        """Greedy or beam ids of a batch: XLA for up to ``xla_max_rows`` decoding rows, else graph mode."""
         graph = self._greedy_core if greedy else self._beam_core
         if not self.jit_compile:
             return graph(source_ids, max_decode_lengths)
         xla = self._greedy_core_xla if greedy else self._beam_core_xla
 
         def run_xla():
-            # The output matrix enters XLA as an argument: computed inside, XLA
-            # folds its transpose back into the logits product, whose
-            # transpose_b form is 2-4x slower on a CPU for 2-8 rows.
-            output_matrix = self._output_matrix()
-            if output_matrix is None:
-                return xla(self._bucket(source_ids), max_decode_lengths)
-            return xla(self._bucket(source_ids), max_decode_lengths, output_matrix=output_matrix)
+            return xla(self._bucket(source_ids), max_decode_lengths)
 
-        if self.xla_max_batch_size is None:
+        if self.xla_max_rows is None:
             return run_xla()
-        return tf.cond(
-            tf.shape(source_ids)[0] <= self.xla_max_batch_size,
-            run_xla,
-            lambda: graph(source_ids, max_decode_lengths),
-        )
+        rows = tf.shape(source_ids)[0] * (1 if greedy else self.beam_size)
+        return tf.cond(rows <= self.xla_max_rows, run_xla, lambda: graph(source_ids, max_decode_lengths))
 
     # -- string handling (plain TF + tensorflow-text ops) -------------------------------
     def source_ids(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:

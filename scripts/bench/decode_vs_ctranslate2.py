@@ -50,7 +50,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 CELLS = [("greedy", 32), ("greedy", 1), ("beam", 32), ("beam", 1)]
-SETTINGS = {"1x1": (1, 1), "1x2": (1, 2), "2x1": (2, 1)}  # callers x threads per caller
+SETTINGS = {"1x1": (1, 1), "1x2": (1, 2), "2x1": (2, 1), "4x1": (4, 1)}  # callers x threads per caller
 
 
 # -- worker (one system, one thread setting, in its own process) --------------------------------

@@ -164,7 +164,7 @@ def test_beam_skips_unchanged_leaves_with_same_result(model, inputs):
 
 def test_xla_bucketed_translation_equals_graph(translator, model, tokenizer):
     xla = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=3,
-                     length_penalty=0.6, jit_compile=True, source_bucket_width=8, xla_max_batch_size=None)
+                     length_penalty=0.6, jit_compile=True, source_bucket_width=8, xla_max_rows=None)
     source = translator.source_ids(tf.constant(SENTENCES))["source_ids"]
     padded = xla._bucket(source)
     assert padded.shape[1] == min(MAX_LENGTH, -(-source.shape[1] // 8) * 8)
@@ -181,11 +181,11 @@ def test_xla_bucketed_translation_equals_graph(translator, model, tokenizer):
         Translator(model, tokenizer, max_length=MAX_LENGTH, source_bucket_width=0)
 
 
-def test_xla_only_for_small_batches_same_translations(translator, model, tokenizer):
-    """jit_compile with xla_max_batch_size=1: a single sentence takes the XLA search, a batch of 3 the
-    graph-mode search; both translate exactly like the plain (graph-mode) Translator."""
+def test_xla_only_for_small_searches_same_translations(translator, model, tokenizer):
+    """jit_compile with xla_max_rows=3: searches of up to 3 decoding rows (sentences x beams) take the XLA
+    search, larger ones the graph-mode search; both translate exactly like the plain Translator."""
     hybrid = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=3,
-                        length_penalty=0.6, jit_compile=True, xla_max_batch_size=1)
+                        length_penalty=0.6, jit_compile=True, xla_max_rows=3)
     for batch in ([SENTENCES[1]], SENTENCES):
         got, ref = hybrid.translate_ids(tf.constant(batch)), translator.translate_ids(tf.constant(batch))
         np.testing.assert_array_equal(got["output_ids"].numpy(), ref["output_ids"].numpy())
@@ -193,16 +193,27 @@ def test_xla_only_for_small_batches_same_translations(translator, model, tokeniz
         greedy, greedy_ref = hybrid.translate_greedy(tf.constant(batch)), translator.translate_greedy(
             tf.constant(batch))
         np.testing.assert_array_equal(greedy["output_ids"].numpy(), greedy_ref["output_ids"].numpy())
-    # Dispatch (eager: tf.cond runs only the branch taken): which search each batch size reaches.
+    # Dispatch (eager: tf.cond runs only the branch taken): which search each call reaches.
     calls = []
-    hybrid._beam_core_xla = lambda ids, limits, **kw: calls.append(("xla", int(ids.shape[0]), int(ids.shape[1])))
-    hybrid._beam_core = lambda ids, limits: calls.append(("graph", int(ids.shape[0]), int(ids.shape[1])))
-    for batch in ([SENTENCES[1]], SENTENCES):
+
+    def stub(name):
+        return lambda ids, limits: calls.append((name, int(ids.shape[0]), int(ids.shape[1])))
+
+    hybrid._beam_core_xla, hybrid._beam_core = stub("beam xla"), stub("beam graph")
+    hybrid._greedy_core_xla, hybrid._greedy_core = stub("greedy xla"), stub("greedy graph")
+    bucket = lambda width: min(MAX_LENGTH, -(-width // 16) * 16)  # noqa: E731  (XLA's bucketed source width)
+    expected = []
+    for batch in ([SENTENCES[1]], SENTENCES, SENTENCES + ["A cat."]):
         inputs = hybrid.source_ids(tf.constant(batch))
-        hybrid._search(False, inputs["source_ids"], inputs["max_decode_lengths"])
-    width_1 = int(hybrid.source_ids(tf.constant([SENTENCES[1]]))["source_ids"].shape[1])
-    assert calls == [("xla", 1, min(MAX_LENGTH, -(-width_1 // 16) * 16)),  # bucketed width for XLA
-                     ("graph", 3, int(hybrid.source_ids(tf.constant(SENTENCES))["source_ids"].shape[1]))]
-    assert hybrid.get_config()["xla_max_batch_size"] == 1
-    with pytest.raises(ValueError, match="xla_max_batch_size"):
-        Translator(model, tokenizer, max_length=MAX_LENGTH, jit_compile=True, xla_max_batch_size=0)
+        width = int(inputs["source_ids"].shape[1])
+        for greedy in (False, True):
+            hybrid._search(greedy, inputs["source_ids"], inputs["max_decode_lengths"])
+            rows = len(batch) * (1 if greedy else 3)
+            kind = ("greedy " if greedy else "beam ") + ("xla" if rows <= 3 else "graph")
+            expected.append((kind, len(batch), bucket(width) if kind.endswith("xla") else width))
+    assert calls == expected
+    assert [c[0] for c in calls] == ["beam xla", "greedy xla", "beam graph", "greedy xla", "beam graph",
+                                     "greedy graph"]
+    assert hybrid.get_config()["xla_max_rows"] == 3
+    with pytest.raises(ValueError, match="xla_max_rows"):
+        Translator(model, tokenizer, max_length=MAX_LENGTH, jit_compile=True, xla_max_rows=0)

@@ -81,7 +81,7 @@ def test_cached_greedy_equals_uncached_reference_search(translator, model, input
 def test_eager_function_and_xla_identical(translator, model, tokenizer, inputs):
     source_ids, limits = inputs["source_ids"], inputs["max_decode_lengths"]
     xla = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=4, beam_size=3,
-                     length_penalty=0.6, jit_compile=True, xla_max_batch_size=None)
+                     length_penalty=0.6, jit_compile=True, xla_max_rows=None)
     eager_beam = translator._beam_search_ids(source_ids, limits)  # plain Python: runs eagerly
     eager_greedy = translator._greedy_search_ids(source_ids, limits)
     for name, (beam, greedy) in {
