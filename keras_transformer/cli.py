@@ -50,6 +50,25 @@ def _env_data_dir() -> str | None:
     return os.environ.get("KERAS_TRANSFORMER_DATA") or None
 
 
+def _decoding_threads(workers: int) -> None:
+    """TensorFlow threads for translating with ``workers`` concurrent batches (before TensorFlow starts).
+
+    One intra-op thread per batch and ``workers`` batches at once: decoding
+    a small model runs one small op after another, which one core serves
+    better than two (1.5x the sentences/s of ``evaluate`` on 2 cores,
+    ``keras_transformer.decoding.corpus.translate_lines``).
+    """
+    import tensorflow as tf
+
+    if workers < 1:
+        raise CliError(f"--workers must be at least 1, got {workers}")
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, workers))
+    except RuntimeError:  # TensorFlow already started (e.g. the command runs inside a test process)
+        pass
+
+
 def _translate_lines(*args, **kwargs):
     """:func:`keras_transformer.decoding.corpus.translate_lines`, imported on first use (TensorFlow loads late)."""
     from keras_transformer.decoding.corpus import translate_lines
@@ -315,12 +334,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from keras_transformer.evaluation import score_corpus
 
     pairs = read_parallel_files(args.source, args.reference)
+    _decoding_threads(args.workers)
     opened = open_translator(
         args.model_dir, beam_size=args.beam_size, length_penalty=args.length_penalty,
         early_stopping=args.early_stopping,
     )
     print(f"translating {args.source} ({len(pairs)} sentences) with {opened.description}", flush=True)
-    hypotheses = _translate_lines(opened.translate, pairs.sources, batch_size=args.batch_size)
+    hypotheses = _translate_lines(opened.translate, pairs.sources, batch_size=args.batch_size, workers=args.workers)
     if args.output:
         pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     print(score_corpus(hypotheses, pairs.targets), flush=True)
@@ -422,6 +442,7 @@ def _translate(args: argparse.Namespace) -> int:
             raise CliError(f"input file not found: {path}")
         name, data = str(path), path.read_bytes()
     lines = _decode_lines(data, name)
+    _decoding_threads(args.workers)
     opened = open_translator(args.model, beam_size=args.beam_size, length_penalty=args.length_penalty)
     translate_fn = opened.translate
     if args.signature != "serving_default":
@@ -430,7 +451,7 @@ def _translate(args: argparse.Namespace) -> int:
         signature = opened.translator.signatures[args.signature]
         translate_fn = lambda batch: signature(batch)  # noqa: E731
     print(f"translating {name} with {opened.description}", file=sys.stderr, flush=True)
-    translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size)
+    translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size, workers=args.workers)
     text = "".join(t + "\n" for t in translations)
     if args.output == "-":
         sys.stdout.write(text)
@@ -481,6 +502,15 @@ def add_stopping_flag(p) -> None:
         "--no-early-stopping", dest="early_stopping", action="store_false", default=True,
         help="beam search stops a sentence only when no alive hypothesis can beat its finished ones "
         "(tensor2tensor; slower, same BLEU on Multi30k) instead of once beam-size hypotheses are finished",
+    )
+
+
+def add_workers_flag(p) -> None:
+    """``--workers``: batches translated at once (one TensorFlow thread each)."""
+    cores = os.cpu_count() or 1
+    p.add_argument(
+        "--workers", type=int, default=cores,
+        help=f"batches translated at once, one TensorFlow thread each (default: the CPU cores, here {cores})",
     )
 
 
@@ -588,7 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     add_stopping_flag(evaluate)
-    evaluate.add_argument("--batch-size", type=int, default=128)
+    evaluate.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    add_workers_flag(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate)
 
     export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel or for CTranslate2")
@@ -638,7 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--input", default="-", help="one sentence per line (default: stdin)")
     tr.add_argument("--output", default="-", help="where translations go (default: stdout)")
     tr.add_argument("--signature", default="serving_default")
-    tr.add_argument("--batch-size", type=int, default=64)
+    tr.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    add_workers_flag(tr)
     tr.set_defaults(func=_translate)
 
     plot = sub.add_parser("plot", help="draw attention heads or the positional encoding to a PNG")

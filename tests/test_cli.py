@@ -90,6 +90,12 @@ def test_translate_lines_names_the_truncated_lines(capsys):
     err = capsys.readouterr().err
     assert "warning: 2 of 5 sentences are longer than the model's max_length" in err
     assert "(lines 2, 4)" in err
+    # Batches translated at once from 3 threads: the same translations, in order, and the same warning.
+    capsys.readouterr()
+    assert translate_lines(fake_translate, lines * 7, batch_size=2, workers=3) == out * 7
+    assert "warning: 14 of 35 sentences" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="workers"):
+        translate_lines(fake_translate, lines, workers=0)
 
 
 def test_translate_lines_is_quiet_without_truncation(capsys):
