@@ -13,6 +13,13 @@
 #   TF_SERVING_CONTAINER    (default keras-transformer-serving)
 #   DRY_RUN=1         print the docker command (one line, shell-quoted) on stdout
 #                     instead of running it; the summary goes to stderr
+#   TF_INTRA_OP       threads per request's ops (default 1)
+#   TF_INTER_OP       requests' ops run at once (default 2 x the host's CPU cores)
+#
+# Threads: decoding a small Transformer runs one small op after another, which
+# one core serves better than several; concurrent requests then use the cores
+# (scripts/bench/decode_vs_ctranslate2.py measured 1.5-2x the sentences/s of
+# TensorFlow's default of every core per request).
 #
 # XLA: when any version's assets.extra/export_config.json records
 # "xla_compiled": true (Translator(jit_compile=True)), the server is started with
@@ -46,7 +53,10 @@ if [[ ${#versions[@]} -eq 0 ]]; then
 fi
 
 # The image entrypoint already passes --port=8500 --rest_api_port=8501.
-flags=(--model_config_file=/models/models.config)
+CORES="$(nproc 2>/dev/null || echo 2)"
+flags=(--model_config_file=/models/models.config
+       --tensorflow_intra_op_parallelism="${TF_INTRA_OP:-1}"
+       --tensorflow_inter_op_parallelism="${TF_INTER_OP:-$((2 * CORES))}")
 for v in "${versions[@]}"; do
   config="$EXPORT_DIR/$v/assets.extra/export_config.json"
   if [[ -f "$config" ]] && grep -Eq '"xla_compiled": *true' "$config"; then

@@ -181,16 +181,20 @@ def test_start_script_dry_run_command(exported, tmp_path):
     assert f"{models_config}:/models/models.config:ro" in cmd
     assert "9501:8501" in cmd and "9500:8500" in cmd
     image = cmd.index("tensorflow/serving:2.21.0")
-    # Version 2 is XLA-compiled: the server needs the XLA flag.
-    assert cmd[image + 1:] == ["--model_config_file=/models/models.config", "--xla_cpu_compilation_enabled=true"]
+    # One thread per request's ops, 2 x cores requests at once; version 2 is XLA-compiled: the XLA flag.
+    cores = len(os.sched_getaffinity(0))  # what nproc counts
+    threads = ["--tensorflow_intra_op_parallelism=1", f"--tensorflow_inter_op_parallelism={2 * cores}"]
+    assert cmd[image + 1:] == ["--model_config_file=/models/models.config", *threads,
+                               "--xla_cpu_compilation_enabled=true"]
     assert "versions: 1 2" in proc.stderr
 
     # Only the plain export: no XLA flag.
     plain = tmp_path / "plain"
     plain.mkdir()
     shutil.copytree(paths[1], plain / "1")
-    cmd = shlex.split(dry_run(plain).stdout)
-    assert cmd[-2:] == ["tensorflow/serving:latest", "--model_config_file=/models/models.config"]
+    cmd = shlex.split(dry_run(plain, TF_INTRA_OP="2", TF_INTER_OP="3").stdout)
+    assert cmd[-4:] == ["tensorflow/serving:latest", "--model_config_file=/models/models.config",
+                        "--tensorflow_intra_op_parallelism=2", "--tensorflow_inter_op_parallelism=3"]
 
     # Bad folders: a version folder itself, and a folder without versions.
     bad = dry_run(paths[1])
