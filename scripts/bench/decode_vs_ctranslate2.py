@@ -10,10 +10,10 @@ penalty and maximum length, in four cells: greedy and beam search, batches of
 32 and of 1 sentence (in file order; each side gets the same batches).
 
 Thread settings: one batch at a time on one thread ("1x1") or on 2 threads
-("1x2": one caller, 2 intra-op threads), or two batches at once on 1 thread
-each ("2x1": two callers; TF: 1 intra-op thread, 2 inter-op threads;
-CTranslate2: ``inter_threads=2, intra_threads=1``), as a server does with
-concurrent requests. Each system runs each setting in a fresh process (TensorFlow fixes
+("1x2": one caller, 2 intra-op threads), or two or four batches at once on 1
+thread each ("2x1", "4x1": that many callers; TF: 1 intra-op thread, as many
+inter-op threads; CTranslate2: ``inter_threads=2`` or ``4``,
+``intra_threads=1``), as a server does with concurrent requests. Each system runs each setting in a fresh process (TensorFlow fixes
 its thread pools at start-up), and the table shows each system's best setting
 per cell, named. Each figure is the median of ``--passes`` timed passes after
 a warm-up pass (which also compiles every XLA shape), in sentences/s and
@@ -176,7 +176,7 @@ def main(argv=None):
     parser.add_argument("--work-dir", default=None, help="where the exports go (default: a temporary folder)")
     parser.add_argument("--saved-model", action="append", default=[], metavar="NAME=PATH",
                         help="an extra SavedModel version folder to measure, e.g. an export of an earlier commit")
-    parser.add_argument("--settings", default="1x1,1x2,2x1", help="thread settings to try (callers x threads)")
+    parser.add_argument("--settings", default="1x1,1x2,2x1,4x1", help="thread settings to try (callers x threads)")
     parser.add_argument("--output", default=None, help="write every figure and output here (JSON)")
     # worker mode (internal)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
