@@ -165,7 +165,8 @@ def _train(args: argparse.Namespace):
     tokenizer = SubwordTokenizer(str(spm_path))
 
     overrides = {"vocab_size": tokenizer.vocab_size}
-    for flag in ("batch_tokens", "warmup_steps", "dropout_rate", "max_length", "learning_rate_scale"):
+    for flag in ("batch_tokens", "warmup_steps", "dropout_rate", "max_length", "learning_rate_scale", "num_layers",
+                 "d_model", "num_heads", "dff", "label_smoothing"):
         if getattr(args, flag, None) is not None:
             overrides[flag] = getattr(args, flag)
     config = get_preset(args.preset, **overrides)
@@ -181,7 +182,7 @@ def _train(args: argparse.Namespace):
     checkpoints.atomic_write_text(config_path, json.dumps(record, indent=2) + "\n")
 
     jit_compile = default_jit_compile() if args.jit_compile is None else args.jit_compile
-    set_precision(args.precision)
+    precision, why = set_precision(args.precision)
     strategy = get_strategy(args.strategy)
     # Under XLA every batch of a bucket gets one shape, so XLA compiles once per bucket.
     batching = {
@@ -201,7 +202,7 @@ def _train(args: argparse.Namespace):
         f"training preset {args.preset!r} (N={config.num_layers}, d_model={config.d_model}, h={config.num_heads}, "
         f"dff={config.dff}, P_drop={config.dropout_rate}, {config.batch_tokens} tokens/batch) for {args.epochs} "
         f"epochs" + (f", at most {args.max_train_minutes:g} min" if args.max_train_minutes else "")
-        + f"; XLA {'on' if jit_compile else 'off'}, precision {args.precision or 'float32'}",
+        + f"; XLA {'on' if jit_compile else 'off'}, precision {precision} ({why})",
         flush=True,
     )
     with strategy.scope():
@@ -213,6 +214,9 @@ def _train(args: argparse.Namespace):
             learning_rate_scale=config.learning_rate_scale,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
         )
+    from keras_transformer.training.progress import fit_verbosity
+
+    verbose, progress = fit_verbosity(args.log_every)  # a progress bar on a terminal, else a line every N steps
     start = time.monotonic()
     history = fit(
         model,
@@ -223,7 +227,8 @@ def _train(args: argparse.Namespace):
         save_freq=args.save_freq,
         keep_checkpoints=max(config.checkpoint_average, args.average_last or 0),
         max_train_seconds=args.max_train_minutes * 60 if args.max_train_minutes else None,
-        verbose=2,
+        verbose=verbose,
+        callbacks=progress,
     )
     minutes = (time.monotonic() - start) / 60
     losses = history.history.get("loss") or [0.0]
@@ -551,6 +556,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: the preset's)")
         p.add_argument("--warmup-steps", type=int, default=None, help="Eq. 3 warmup (default: the preset's)")
         p.add_argument("--dropout-rate", type=float, default=None, help="P_drop (default: the preset's)")
+        p.add_argument("--num-layers", type=int, default=None, help="N, encoder and decoder layers (default: preset's)")
+        p.add_argument("--d-model", type=int, default=None, help="model width (default: the preset's)")
+        p.add_argument("--num-heads", type=int, default=None, help="attention heads h (default: the preset's)")
+        p.add_argument("--dff", type=int, default=None, help="feed-forward inner width (default: the preset's)")
+        p.add_argument(
+            "--label-smoothing", type=float, default=None, help="epsilon_ls, Section 5.4 (default: the preset's)"
+        )
         p.add_argument("--max-length", type=int, default=None, help="longest sequence in tokens (default: preset's)")
         p.add_argument(
             "--length-policy", choices=("drop", "truncate"), default="drop",
@@ -574,11 +586,16 @@ def build_parser() -> argparse.ArgumentParser:
         xla.add_argument("--jit-compile", dest="jit_compile", action="store_true", default=None, help="XLA on")
         xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", help="XLA off")
         p.add_argument(
-            "--precision", choices=("float32", "mixed_float16", "mixed_bfloat16"), default=None,
-            help="mixed_float16 (GPU, with loss scaling) or mixed_bfloat16; default float32",
+            "--precision", choices=("auto", "float32", "mixed_float16", "mixed_bfloat16"), default="auto",
+            help="auto (default): mixed_bfloat16 where the CPU (AVX512_BF16/AMX), GPU (compute capability >= 8.0) "
+            "or TPU has native bfloat16, mixed_float16 with loss scaling on older GPUs, float32 otherwise",
         )
         p.add_argument("--strategy", default="auto", help="auto, mirrored, multi_worker (TF_CONFIG) or default")
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=int, default=0, help="random seed of initialization, shuffling, dropout (default 0)")
+        p.add_argument(
+            "--log-every", type=int, default=50,
+            help="off a terminal: a progress line every N training steps (default 50); a terminal shows a progress bar",
+        )
 
     run = sub.add_parser("run", help="train, evaluate, export and translate on Multi30k en-de in one go")
     add_data_flags(run, files=False)

@@ -110,24 +110,37 @@ def is_chief() -> bool:
     return task.get("type") == "worker" and int(task.get("index", 0)) == 0
 
 
-def set_precision(policy: str | None) -> None:
+def set_precision(policy: str | None) -> tuple[str, str]:
     """Sets Keras' global dtype policy; call it before building the model.
 
     ``mixed_float16`` (GPU): float16 compute, float32 variables; ``compile``
     then wraps the optimizer in ``keras.optimizers.LossScaleOptimizer``
     (dynamic loss scaling). ``mixed_bfloat16`` (TPU, recent CPUs and GPUs): no
     loss scaling needed. Logits stay float32 (the model's contract).
+    ``"auto"`` picks by hardware
+    (:func:`keras_transformer.training.precision.choose_precision`).
 
     Args:
-        policy: one of :data:`PRECISION_POLICIES`, or ``None`` (float32).
+        policy: ``"auto"``, one of :data:`PRECISION_POLICIES`, or ``None``
+            (float32).
+
+    Returns:
+        ``(policy, reason)``: the policy set and why (for ``"auto"``: the
+        hardware feature that decided it).
 
     Raises:
         ValueError: for another policy name.
     """
-    policy = policy or "float32"
+    from keras_transformer.training.precision import AUTO, resolve_precision
+
+    if policy == AUTO:
+        policy, reason = resolve_precision(policy)
+    else:
+        policy, reason = policy or "float32", "asked for"
     if policy not in PRECISION_POLICIES:
-        raise ValueError(f"unknown precision policy {policy!r}; choose one of {PRECISION_POLICIES}")
+        raise ValueError(f"unknown precision policy {policy!r}; choose one of {PRECISION_POLICIES} or 'auto'")
     keras.config.set_dtype_policy(policy)
+    return policy, reason
 
 
 def default_jit_compile() -> bool:

@@ -124,18 +124,21 @@ def test_xla_step_matches_non_xla_step():
     assert h2 == pytest.approx(h1, rel=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_trains_with_float32_logits(policy):
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+def test_each_precision_trains_with_float32_logits_and_a_falling_loss(policy):
     try:
-        trainer.set_precision(policy)
+        assert trainer.set_precision(policy) == (policy, "asked for")
+        keras.utils.set_random_seed(3)
         model = _model()
-        if policy == "mixed_float16":
-            assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        assert model.compute_dtype == {"float32": "float32", "mixed_bfloat16": "bfloat16",
+                                       "mixed_float16": "float16"}[policy]
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (policy == "mixed_float16")
         x, y = _batch(np.random.default_rng(7))
         assert model(x).dtype == tf.float32
-        loss = model.fit(tf.data.Dataset.from_tensors((x, y)), verbose=0).history["loss"][0]
-        assert np.isfinite(loss)
-        assert int(model.optimizer.iterations) == 1
+        losses = model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(1), epochs=12, verbose=0).history["loss"]
+        assert np.all(np.isfinite(losses))
+        assert losses[-1] < 0.8 * losses[0], losses
+        assert int(model.optimizer.iterations) == 12
     finally:
         trainer.set_precision("float32")
 
