@@ -30,12 +30,17 @@ def token_losses(target_ids, logits, label_smoothing: float = 0.0):
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    logits = tf.cast(logits, tf.float32)
     target_ids = tf.cast(target_ids, tf.int32)
-    nll = -tf.gather(log_probs, target_ids, axis=-1, batch_dims=2)
+    # -log p(y): TensorFlow's fused op, whose gradient (softmax - one_hot) is
+    # computed in place. Gathering log_softmax at y instead scatters the
+    # gradient back into a zero [batch, tgt_len, vocab] tensor: 30 ms of a
+    # 270 ms step of the small preset on a CPU (scripts/bench/train_efficiency.py).
+    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids, logits=logits)
     if label_smoothing == 0.0:
         return nll
-    smooth = -tf.reduce_mean(log_probs, axis=-1)
+    # mean_k(-log p(k)) = logsumexp(logits) - mean_k(logits).
+    smooth = tf.reduce_logsumexp(logits, axis=-1) - tf.reduce_mean(logits, axis=-1)
     return (1.0 - label_smoothing) * nll + label_smoothing * smooth
 
 
