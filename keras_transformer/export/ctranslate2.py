@@ -365,6 +365,7 @@ def export_ctranslate2(
         "tokenizer": {
             "file": CT2_VOCAB_FILENAME,
             "sha256": tokenizer.vocab_sha256,
+            "normalization": tokenizer.normalization,
             "vocab_size": int(tokenizer.vocab_size),
             "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3,
         },
