@@ -71,6 +71,7 @@ __all__ = [
     "SubwordTokenizer",
     "train_sentencepiece",
     "read_tokenizer_options",
+    "piece_masks",
 ]
 
 PAD_ID = 0
@@ -330,6 +331,33 @@ def read_tokenizer_options(model_path: str | os.PathLike) -> dict[str, Any] | No
         return json.load(f)
 
 
+def piece_masks(processor: spm.SentencePieceProcessor) -> tuple[np.ndarray, np.ndarray]:
+    """Which ids of a SentencePiece model are unknown, and which are known words.
+
+    Args:
+        processor: a loaded ``sentencepiece.SentencePieceProcessor``.
+
+    Returns:
+        ``(unknown, word)``, two ``[vocab_size]`` bool numpy arrays: ``unknown``
+        is True for ``unk`` and the byte-fallback pieces ``<0x00>``..``<0xFF>``
+        (characters the vocabulary has no piece for); ``word`` for the other
+        non-control pieces that hold a letter or a digit (Unicode categories
+        ``L*``, ``N*``). Used by the Translators' unknown-input rule
+        (:mod:`keras_transformer.decoding.translator`).
+    """
+    size = int(processor.get_piece_size())
+    unknown = np.array([bool(processor.is_unknown(i) or processor.is_byte(i)) for i in range(size)], dtype=bool)
+    word = np.array(
+        [
+            not (unknown[i] or processor.is_control(i))
+            and any(unicodedata.category(c)[0] in "LN" for c in processor.id_to_piece(i))
+            for i in range(size)
+        ],
+        dtype=bool,
+    )
+    return unknown, word
+
+
 def _normalization_rule(model_bytes: bytes) -> str:
     """The ``normalizer_spec.name`` of a serialized SentencePiece model (e.g. ``"nmt_nfkc"``, ``"identity"``)."""
     from sentencepiece import sentencepiece_model_pb2
@@ -395,18 +423,7 @@ class SubwordTokenizer(tf.Module):
         self._sha256 = hashlib.sha256(model_bytes).hexdigest()
         self._tokenizer = tf_text.SentencepieceTokenizer(model=model_bytes, out_type=tf.int32)
         self._normalization = _normalization_rule(model_bytes)
-        pieces = [processor.id_to_piece(i) for i in range(self._vocab_size)]
-        self._unknown = np.array(
-            [bool(processor.is_unknown(i) or processor.is_byte(i)) for i in range(self._vocab_size)], dtype=bool
-        )
-        self._word = np.array(
-            [
-                not (self._unknown[i] or processor.is_control(i))
-                and any(unicodedata.category(c)[0] in "LN" for c in piece)
-                for i, piece in enumerate(pieces)
-            ],
-            dtype=bool,
-        )
+        self._unknown, self._word = piece_masks(processor)
 
     # -- identity of the vocabulary -------------------------------------------------
     @property
