@@ -181,3 +181,55 @@ def test_tfds_without_network_says_how_to_use_local_files(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert "wmt14_translate/de-en is not prepared" in err and "network is unreachable" in err
     assert "--train-source/--train-target" in err
+
+
+def _options(parser, path=()):
+    """(command path, action) of every option of every (sub)command."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, path + (name,))
+        elif action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield path, action
+
+
+def test_every_option_says_its_default():
+    from keras_transformer.cli import build_parser
+
+    options = list(_options(build_parser()))
+    assert len(options) > 100  # every command's options were walked
+    missing, wrong_value = [], []
+    for path, action in options:
+        name = f"{' '.join(path)} {action.option_strings[0]}"
+        text = (action.help or "").lower()
+        if action.required:
+            if "required" not in text:
+                missing.append(name)
+            continue
+        if "default" not in text:
+            missing.append(name)
+        default = action.default
+        if isinstance(default, (int, float, str)) and not isinstance(default, bool) and default is not None:
+            shown = {str(default).lower(), f"{default:g}" if isinstance(default, float) else str(default).lower()}
+            if not any(s in text for s in shown):
+                wrong_value.append(f"{name} (default {default!r})")
+    assert not missing, f"options without their default in the help: {missing}"
+    assert not wrong_value, f"help does not show the default value: {wrong_value}"
+
+
+def test_version_is_the_package_version(capsys):
+    import tomllib
+
+    import keras_transformer
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"keras-transformer {keras_transformer.__version__}"
+    # pyproject.toml takes the distribution's version from the same attribute.
+    project = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["dynamic"] == ["version"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "keras_transformer.__version__"}
+    assert keras_transformer.__version__.count(".") == 2 and keras_transformer.__version__[0].isdigit()
