@@ -217,6 +217,7 @@ def _train(args: argparse.Namespace):
     from keras_transformer.training.progress import fit_verbosity
 
     verbose, progress = fit_verbosity(args.log_every)  # a progress bar on a terminal, else a line every N steps
+    finished_before = _say_what_a_rerun_does(args, out)
     start = time.monotonic()
     history = fit(
         model,
@@ -237,25 +238,66 @@ def _train(args: argparse.Namespace):
             f"training diverged (loss {losses[-1]}) and was stopped; the last finite checkpoint is kept in "
             f"{out / 'checkpoints'}. Lower --learning-rate-scale or raise --warmup-steps, and use a new --model-dir"
         )
+    state = checkpoints.read_state(out / "checkpoints")
+    sources = [out / "checkpoints" / state.latest] if state else []
     if args.average_last and args.average_last > 1:
-        _average_into(model, out, args.average_last)
+        sources = _average_into(model, out, args.average_last) or sources
     _save_model_atomically(model, out / "model.keras")
-    print(f"      trained in {minutes:.1f} min; saved {out / 'model.keras'}", flush=True)
-    return model, tokenizer, config, val_pairs, test_pairs, minutes
+    if sources:
+        checkpoints.write_model_record(out / "model.keras", sources, args.command, state=state, epochs=args.epochs)
+    trained = "trained nothing (the run was finished)" if finished_before else f"trained in {minutes:.1f} min"
+    print(f"      {trained}; saved {checkpoints.describe_model_weights(out / 'model.keras')}", flush=True)
+    return model, tokenizer, config, val_pairs, test_pairs, (None if finished_before else minutes)
 
 
-def _average_into(model, model_dir: pathlib.Path, last: int) -> None:
-    """Loads into ``model`` the average of the last ``last`` checkpoints (Section 6.1)."""
+def _say_what_a_rerun_does(args: argparse.Namespace, out: pathlib.Path) -> bool:
+    """Prints what this command does with a run already in ``out``; returns whether that run was finished.
+
+    ``fit`` resumes from ``out/checkpoints`` (``state.json``): a run that
+    reached ``--epochs`` trains nothing more; a run stopped earlier (a kill,
+    or ``--max-train-minutes``) continues where it stopped.
+    """
+    from keras_transformer.training import checkpoints
+
+    state = checkpoints.read_state(out / "checkpoints")
+    if state is None:
+        return False
+    flag = "--output-dir" if args.command == "run" else "--model-dir"
+    then = ", then translates test2016 and exports again" if args.command == "run" else ", then saves model.keras again"
+    if state.epoch >= args.epochs:
+        print(
+            f"      {out} already holds a finished run (epoch {state.epoch} of {args.epochs}, step {state.step}); "
+            f"re-running trains nothing{then.replace(', then', ': it')} with the trained model; "
+            f"use a new {flag} to train again",
+            flush=True,
+        )
+        return True
+    position = f"after epoch {state.epoch}" if not state.batch else f"at batch {state.batch} of epoch {state.epoch + 1}"
+    budget = f" for at most {args.max_train_minutes:g} more minutes" if args.max_train_minutes else ""
+    print(
+        f"      {out} holds a run stopped {position} of {args.epochs} (step {state.step}); re-running continues "
+        f"training from there{budget}{then}; use a new {flag} to start over",
+        flush=True,
+    )
+    return False
+
+
+def _average_into(model, model_dir: pathlib.Path, last: int) -> list[str] | None:
+    """Loads into ``model`` the average of the last ``last`` checkpoints (Section 6.1); returns their paths.
+
+    Returns None (and leaves ``model`` as it is) when fewer than 2 exist.
+    """
     from keras_transformer.training import checkpoints
 
     paths = checkpoints.list_checkpoints(model_dir / "checkpoints")[-last:]
     if len(paths) < 2:
         print(f"      {len(paths)} checkpoint(s) in {model_dir / 'checkpoints'}: nothing to average", flush=True)
-        return
+        return None
     averaged = checkpoints.average_checkpoints(paths, model_dir / "averaged.weights.h5")
     model.load_weights(averaged)
     names = ", ".join(pathlib.Path(p).name for p in paths)
     print(f"      averaged the last {len(paths)} checkpoints ({names}) into {averaged}", flush=True)
+    return paths
 
 
 def _make_translator(
@@ -295,6 +337,10 @@ def _run(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.output_dir)
     print("[1/4] vocabulary, data and training", flush=True)
     model, tokenizer, config, _, test, train_minutes = _train(args)
+    if train_minutes is None:  # a finished run, re-run: keep the training time it recorded
+        previous = out / "results.json"
+        train_minutes = json.loads(previous.read_text(encoding="utf-8")).get("train_minutes", 0.0) \
+            if previous.is_file() else 0.0
 
     translator, translate_fn, search = _make_translator(
         model, tokenizer, config, args.beam_size, args.length_penalty, early_stopping=args.early_stopping
@@ -344,6 +390,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         args.model_dir, beam_size=args.beam_size, length_penalty=args.length_penalty,
         early_stopping=args.early_stopping,
     )
+    print(f"weights: {opened.weights}", flush=True)
     print(f"translating {args.source} ({len(pairs)} sentences) with {opened.description}", flush=True)
     hypotheses = _translate_lines(opened.translate, pairs.sources, batch_size=args.batch_size, workers=args.workers)
     if args.output:
@@ -399,7 +446,11 @@ def _cmd_average(args: argparse.Namespace) -> int:
         model, _, _ = _load_trained(args.model_dir)
         model.load_weights(output)
         _save_model_atomically(model, folder / "model.keras")
-        print(f"saved the averaged model as {folder / 'model.keras'}", flush=True)
+        checkpoints.write_model_record(
+            folder / "model.keras", paths[-args.last :], "average-checkpoints",
+            state=checkpoints.read_state(folder / "checkpoints"),
+        )
+        print(f"saved the averaged model as {checkpoints.describe_model_weights(folder / 'model.keras')}", flush=True)
     return 0
 
 
@@ -455,6 +506,7 @@ def _translate(args: argparse.Namespace) -> int:
             raise CliError("--signature applies to a SavedModel")
         signature = opened.translator.signatures[args.signature]
         translate_fn = lambda batch: signature(batch)  # noqa: E731
+    print(f"weights: {opened.weights}", file=sys.stderr, flush=True)
     print(f"translating {name} with {opened.description}", file=sys.stderr, flush=True)
     translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size, workers=args.workers)
     text = "".join(t + "\n" for t in translations)
