@@ -217,6 +217,7 @@ def _train(args: argparse.Namespace):
     from keras_transformer.training.progress import fit_verbosity
 
     verbose, progress = fit_verbosity(args.log_every)  # a progress bar on a terminal, else a line every N steps
+    finished_before = _say_what_a_rerun_does(args, out)
     start = time.monotonic()
     history = fit(
         model,
@@ -237,25 +238,66 @@ def _train(args: argparse.Namespace):
             f"training diverged (loss {losses[-1]}) and was stopped; the last finite checkpoint is kept in "
             f"{out / 'checkpoints'}. Lower --learning-rate-scale or raise --warmup-steps, and use a new --model-dir"
         )
+    state = checkpoints.read_state(out / "checkpoints")
+    sources = [out / "checkpoints" / state.latest] if state else []
     if args.average_last and args.average_last > 1:
-        _average_into(model, out, args.average_last)
+        sources = _average_into(model, out, args.average_last) or sources
     _save_model_atomically(model, out / "model.keras")
-    print(f"      trained in {minutes:.1f} min; saved {out / 'model.keras'}", flush=True)
-    return model, tokenizer, config, val_pairs, test_pairs, minutes
+    if sources:
+        checkpoints.write_model_record(out / "model.keras", sources, args.command, state=state, epochs=args.epochs)
+    trained = "trained nothing (the run was finished)" if finished_before else f"trained in {minutes:.1f} min"
+    print(f"      {trained}; saved {checkpoints.describe_model_weights(out / 'model.keras')}", flush=True)
+    return model, tokenizer, config, val_pairs, test_pairs, (None if finished_before else minutes)
 
 
-def _average_into(model, model_dir: pathlib.Path, last: int) -> None:
-    """Loads into ``model`` the average of the last ``last`` checkpoints (Section 6.1)."""
+def _say_what_a_rerun_does(args: argparse.Namespace, out: pathlib.Path) -> bool:
+    """Prints what this command does with a run already in ``out``; returns whether that run was finished.
+
+    ``fit`` resumes from ``out/checkpoints`` (``state.json``): a run that
+    reached ``--epochs`` trains nothing more; a run stopped earlier (a kill,
+    or ``--max-train-minutes``) continues where it stopped.
+    """
+    from keras_transformer.training import checkpoints
+
+    state = checkpoints.read_state(out / "checkpoints")
+    if state is None:
+        return False
+    flag = "--output-dir" if args.command == "run" else "--model-dir"
+    then = ", then translates test2016 and exports again" if args.command == "run" else ", then saves model.keras again"
+    if state.epoch >= args.epochs:
+        print(
+            f"      {out} already holds a finished run (epoch {state.epoch} of {args.epochs}, step {state.step}); "
+            f"re-running trains nothing{then.replace(', then', ': it')} with the trained model; "
+            f"use a new {flag} to train again",
+            flush=True,
+        )
+        return True
+    position = f"after epoch {state.epoch}" if not state.batch else f"at batch {state.batch} of epoch {state.epoch + 1}"
+    budget = f" for at most {args.max_train_minutes:g} more minutes" if args.max_train_minutes else ""
+    print(
+        f"      {out} holds a run stopped {position} of {args.epochs} (step {state.step}); re-running continues "
+        f"training from there{budget}{then}; use a new {flag} to start over",
+        flush=True,
+    )
+    return False
+
+
+def _average_into(model, model_dir: pathlib.Path, last: int) -> list[str] | None:
+    """Loads into ``model`` the average of the last ``last`` checkpoints (Section 6.1); returns their paths.
+
+    Returns None (and leaves ``model`` as it is) when fewer than 2 exist.
+    """
     from keras_transformer.training import checkpoints
 
     paths = checkpoints.list_checkpoints(model_dir / "checkpoints")[-last:]
     if len(paths) < 2:
         print(f"      {len(paths)} checkpoint(s) in {model_dir / 'checkpoints'}: nothing to average", flush=True)
-        return
+        return None
     averaged = checkpoints.average_checkpoints(paths, model_dir / "averaged.weights.h5")
     model.load_weights(averaged)
     names = ", ".join(pathlib.Path(p).name for p in paths)
     print(f"      averaged the last {len(paths)} checkpoints ({names}) into {averaged}", flush=True)
+    return paths
 
 
 def _make_translator(
@@ -295,6 +337,10 @@ def _run(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.output_dir)
     print("[1/4] vocabulary, data and training", flush=True)
     model, tokenizer, config, _, test, train_minutes = _train(args)
+    if train_minutes is None:  # a finished run, re-run: keep the training time it recorded
+        previous = out / "results.json"
+        train_minutes = json.loads(previous.read_text(encoding="utf-8")).get("train_minutes", 0.0) \
+            if previous.is_file() else 0.0
 
     translator, translate_fn, search = _make_translator(
         model, tokenizer, config, args.beam_size, args.length_penalty, early_stopping=args.early_stopping
@@ -344,6 +390,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         args.model_dir, beam_size=args.beam_size, length_penalty=args.length_penalty,
         early_stopping=args.early_stopping,
     )
+    print(f"weights: {opened.weights}", flush=True)
     print(f"translating {args.source} ({len(pairs)} sentences) with {opened.description}", flush=True)
     hypotheses = _translate_lines(opened.translate, pairs.sources, batch_size=args.batch_size, workers=args.workers)
     if args.output:
@@ -399,7 +446,11 @@ def _cmd_average(args: argparse.Namespace) -> int:
         model, _, _ = _load_trained(args.model_dir)
         model.load_weights(output)
         _save_model_atomically(model, folder / "model.keras")
-        print(f"saved the averaged model as {folder / 'model.keras'}", flush=True)
+        checkpoints.write_model_record(
+            folder / "model.keras", paths[-args.last :], "average-checkpoints",
+            state=checkpoints.read_state(folder / "checkpoints"),
+        )
+        print(f"saved the averaged model as {checkpoints.describe_model_weights(folder / 'model.keras')}", flush=True)
     return 0
 
 
@@ -455,6 +506,7 @@ def _translate(args: argparse.Namespace) -> int:
             raise CliError("--signature applies to a SavedModel")
         signature = opened.translator.signatures[args.signature]
         translate_fn = lambda batch: signature(batch)  # noqa: E731
+    print(f"weights: {opened.weights}", file=sys.stderr, flush=True)
     print(f"translating {name} with {opened.description}", file=sys.stderr, flush=True)
     translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size, workers=args.workers)
     text = "".join(t + "\n" for t in translations)
@@ -506,7 +558,8 @@ def add_stopping_flag(p) -> None:
     p.add_argument(
         "--no-early-stopping", dest="early_stopping", action="store_false", default=True,
         help="beam search stops a sentence only when no alive hypothesis can beat its finished ones "
-        "(tensor2tensor; slower, same BLEU on Multi30k) instead of once beam-size hypotheses are finished",
+        "(tensor2tensor; slower, same BLEU on Multi30k) instead of once beam-size hypotheses are finished "
+        "(default: stop once beam-size hypotheses are finished)",
     )
 
 
@@ -524,35 +577,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-transformer", description="The Transformer (Vaswani et al., 2017) for machine translation."
     )
+    from keras_transformer import __version__
+
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add_data_flags(p, files: bool):
         p.add_argument("--data-dir", help="folder holding multi30k/ (default: $KERAS_TRANSFORMER_DATA)")
         p.add_argument("--cache-dir", help="where a downloaded Multi30k goes (default: ~/.cache/keras_transformer)")
-        p.add_argument("--no-download", action="store_true", help="never download; fail if the files are missing")
+        p.add_argument("--no-download", action="store_true", help="never download; fail if the files are missing (default: download Multi30k when it is missing)")
         if files:
-            p.add_argument("--train-source", help="training source file (plain or .gz), instead of Multi30k")
-            p.add_argument("--train-target", help="training target file, line-aligned with --train-source")
-            p.add_argument("--valid-source", help="validation source file")
-            p.add_argument("--valid-target", help="validation target file")
-            p.add_argument("--tsv", help="a TSV file of source<TAB>target pairs, instead of Multi30k")
-            p.add_argument("--tfds", help="a TFDS translation dataset, e.g. wmt14_translate/de-en, instead of Multi30k")
-            p.add_argument("--tfds-data-dir", help="TFDS data directory (prepared datasets are used offline)")
+            p.add_argument("--train-source", help="training source file (plain or .gz), instead of Multi30k (default: none, Multi30k)")
+            p.add_argument("--train-target", help="training target file, line-aligned with --train-source (default: none)")
+            p.add_argument("--valid-source", help="validation source file (default: none, no validation)")
+            p.add_argument("--valid-target", help="validation target file (default: none)")
+            p.add_argument("--tsv", help="a TSV file of source<TAB>target pairs, instead of Multi30k (default: none)")
+            p.add_argument("--tfds", help="a TFDS translation dataset, e.g. wmt14_translate/de-en, instead of Multi30k (default: none)")
+            p.add_argument("--tfds-data-dir", help="TFDS data directory (prepared datasets are used offline; default: TFDS's own, "
+                "$TFDS_DATA_DIR or ~/tensorflow_datasets)")
             p.add_argument(
                 "--source-lang",
-                help="TFDS source language key; wmt14_translate/de-en reads de->en unless given --source-lang en",
+                help="TFDS source language key; wmt14_translate/de-en reads de->en unless given --source-lang en "
+                "(default: the dataset's first language)",
             )
-            p.add_argument("--target-lang", help="TFDS target language key")
+            p.add_argument("--target-lang", help="TFDS target language key (default: the dataset's other language)")
         p.add_argument(
             "--on-error", choices=("raise", "skip"), default="raise",
-            help="bad lines (empty side, invalid UTF-8): stop with an error naming file and line, or skip and count",
+            help="bad lines (empty side, invalid UTF-8): stop with an error naming file and line (raise, the default), "
+            "or skip and count them",
         )
-        p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (0: all)")
-        p.add_argument("--limit-test", type=int, default=0, help="use only the first N validation/test pairs (0: all)")
+        p.add_argument("--limit-train", type=int, default=0, help="use only the first N training pairs (default 0: all)")
+        p.add_argument("--limit-test", type=int, default=0, help="use only the first N validation/test pairs (default 0: all)")
 
     def add_training_flags(p, epochs: int, minutes: float, average_last: int):
         p.add_argument("--preset", default="small", help="model preset: tiny, small, base, big (default: small)")
-        p.add_argument("--vocab-size", type=int, default=8000, help="shared SentencePiece vocabulary size")
+        p.add_argument("--vocab-size", type=int, default=8000, help="shared SentencePiece vocabulary size (default 8000)")
         p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: the preset's)")
         p.add_argument("--warmup-steps", type=int, default=None, help="Eq. 3 warmup (default: the preset's)")
         p.add_argument("--dropout-rate", type=float, default=None, help="P_drop (default: the preset's)")
@@ -566,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-length", type=int, default=None, help="longest sequence in tokens (default: preset's)")
         p.add_argument(
             "--length-policy", choices=("drop", "truncate"), default="drop",
-            help="what to do with pairs longer than --max-length (reported either way)",
+            help="what to do with pairs longer than --max-length, reported either way (default: drop)",
         )
         p.add_argument("--epochs", type=int, default=epochs, help=f"passes over the training data (default {epochs})")
         p.add_argument(
@@ -576,21 +637,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--learning-rate-scale", type=float, default=None, help="multiplies the Eq. 3 learning rate (default: preset's)"
         )
-        p.add_argument("--gradient-accumulation-steps", type=int, default=None, help="batches per update")
+        p.add_argument("--gradient-accumulation-steps", type=int, default=None, help="batches per update (default 1: no accumulation)")
         p.add_argument("--save-freq", type=int, default=None, help="checkpoint every N batches (default: each epoch)")
         p.add_argument(
             "--average-last", type=int, default=average_last,
             help=f"average the last N checkpoints at the end (Section 6.1; 0 or 1: no; default {average_last})",
         )
         xla = p.add_mutually_exclusive_group()
-        xla.add_argument("--jit-compile", dest="jit_compile", action="store_true", default=None, help="XLA on")
-        xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", help="XLA off")
+        xla.add_argument("--jit-compile", dest="jit_compile", action="store_true", default=None, help="XLA on (default: on with a GPU or TPU, off on a CPU)")
+        xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", help="XLA off (default: see --jit-compile)")
         p.add_argument(
             "--precision", choices=("auto", "float32", "mixed_float16", "mixed_bfloat16"), default="auto",
             help="auto (default): mixed_bfloat16 where the CPU (AVX512_BF16/AMX), GPU (compute capability >= 8.0) "
             "or TPU has native bfloat16, mixed_float16 with loss scaling on older GPUs, float32 otherwise",
         )
-        p.add_argument("--strategy", default="auto", help="auto, mirrored, multi_worker (TF_CONFIG) or default")
+        p.add_argument("--strategy", default="auto", help="tf.distribute strategy: auto, mirrored, multi_worker (TF_CONFIG) or default (default: auto)")
         p.add_argument("--seed", type=int, default=0, help="random seed of initialization, shuffling, dropout (default 0)")
         p.add_argument(
             "--log-every", type=int, default=50,
@@ -599,37 +660,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train, evaluate, export and translate on Multi30k en-de in one go")
     add_data_flags(run, files=False)
-    run.add_argument("--output-dir", default="runs/multi30k", help="vocabulary, checkpoints, model and export")
+    run.add_argument("--output-dir", default="runs/multi30k", help="vocabulary, checkpoints, model and export (default: runs/multi30k)")
     add_training_flags(run, epochs=20, minutes=6.0, average_last=0)
-    run.add_argument("--beam-size", type=int, default=4, help="beam size for test2016 (1: greedy)")
+    run.add_argument("--beam-size", type=int, default=4, help="beam size for test2016 (1: greedy; default 4)")
     run.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     add_stopping_flag(run)
-    run.add_argument("--eval-batch-size", type=int, default=128, help="sentences per translation batch")
-    run.add_argument("--num-examples", type=int, default=5, help="test sentences to print")
+    run.add_argument("--eval-batch-size", type=int, default=128, help="sentences per translation batch (default 128)")
+    run.add_argument("--num-examples", type=int, default=5, help="test sentences to print (default 5)")
     run.set_defaults(func=_run)
 
     train = sub.add_parser("train", help="train a vocabulary and a model (resumes when re-run after a kill)")
-    train.add_argument("--model-dir", required=True, help="vocabulary, config, checkpoints, logs and model.keras")
+    train.add_argument("--model-dir", required=True, help="vocabulary, config, checkpoints, logs and model.keras (required)")
     add_data_flags(train, files=True)
     add_training_flags(train, epochs=20, minutes=0.0, average_last=0)
     train.set_defaults(func=_cmd_train)
 
     average = sub.add_parser("average-checkpoints", help="average the last N checkpoints (Section 6.1)")
-    average.add_argument("--model-dir", required=True, help="the --model-dir of train (or --output-dir of run)")
-    average.add_argument("--last", type=int, default=5, help="how many (the paper: 5 for base, 20 for big)")
-    average.add_argument("--output", help="default: <model-dir>/averaged.weights.h5")
-    average.add_argument("--save-model", action="store_true", help="also replace <model-dir>/model.keras with it")
+    average.add_argument("--model-dir", required=True, help="the --model-dir of train (or --output-dir of run; required)")
+    average.add_argument("--last", type=int, default=5, help="how many (the paper: 5 for base, 20 for big; default 5)")
+    average.add_argument("--output", help="where the average goes (default: <model-dir>/averaged.weights.h5)")
+    average.add_argument("--save-model", action="store_true", help="also replace <model-dir>/model.keras with it (default: keep model.keras)")
     average.set_defaults(func=_cmd_average)
 
     evaluate = sub.add_parser("evaluate", help="translate a test set with a trained model and score BLEU/chrF")
     evaluate.add_argument(
         "--model-dir", required=True,
         help="a trained model folder (train/run), a CTranslate2 export, or a SavedModel version folder "
-        "(which translates with its exported beam size and alpha)",
+        "(which translates with its exported beam size and alpha); required",
     )
-    evaluate.add_argument("--source", required=True, help="source sentences, one per line")
-    evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned")
-    evaluate.add_argument("--output", help="write the translations here")
+    evaluate.add_argument("--source", required=True, help="source sentences, one per line (required)")
+    evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned (required)")
+    evaluate.add_argument("--output", help="write the translations here (default: not written)")
     evaluate.add_argument(
         "--beam-size", type=int, default=None, help="beams, 1: greedy (default 4, or a SavedModel's exported one)"
     )
@@ -640,10 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(func=_cmd_evaluate)
 
     export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel or for CTranslate2")
-    export.add_argument("--model-dir", required=True)
+    export.add_argument("--model-dir", required=True, help="the --model-dir of train (or --output-dir of run; required)")
     export.add_argument(
         "--export-dir", required=True,
-        help="saved_model: TF Serving base path, the model goes to <dir>/<version>; ctranslate2: the model directory",
+        help="saved_model: TF Serving base path, the model goes to <dir>/<version>; ctranslate2: the model directory "
+        "(required)",
     )
     export.add_argument(
         "--format", choices=("saved_model", "ctranslate2"), default="saved_model",
@@ -660,7 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_stopping_flag(export)
     export.add_argument(
         "--xla", action="store_true",
-        help="XLA-compiled search for small searches, see --xla-max-rows (serve with --xla_cpu_compilation_enabled)",
+        help="XLA-compiled search for small searches, see --xla-max-rows (serve with --xla_cpu_compilation_enabled; "
+        "default: no XLA)",
     )
     export.add_argument(
         "--xla-max-rows", type=int, default=1,
@@ -668,14 +731,16 @@ def build_parser() -> argparse.ArgumentParser:
         "run the graph-mode search, which drops finished sentences (0: every search; default 1: greedy search of "
         "one sentence, where XLA is 2x faster on a CPU)",
     )
-    export.add_argument("--overwrite", action="store_true")
+    export.add_argument(
+        "--overwrite", action="store_true", help="replace an existing export (default: stop if it exists)"
+    )
     export.set_defaults(func=_cmd_export)
 
     tr = sub.add_parser("translate", help="translate a file or stdin with an export or a trained model")
     tr.add_argument(
         "--model", "--saved-model", dest="model", required=True,
         help="a SavedModel version folder (e.g. runs/multi30k/export/1), a CTranslate2 export or a trained model "
-        "folder (e.g. runs/multi30k)",
+        "folder (e.g. runs/multi30k); required",
     )
     tr.add_argument(
         "--beam-size", type=int, default=None,
@@ -683,9 +748,12 @@ def build_parser() -> argparse.ArgumentParser:
         "exported with (--beam-size 1 uses its greedy signature)",
     )
     tr.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
-    tr.add_argument("--input", default="-", help="one sentence per line (default: stdin)")
-    tr.add_argument("--output", default="-", help="where translations go (default: stdout)")
-    tr.add_argument("--signature", default="serving_default")
+    tr.add_argument("--input", default="-", help="one sentence per line; - is stdin (default: -, stdin)")
+    tr.add_argument("--output", default="-", help="where translations go; - is stdout (default: -, stdout)")
+    tr.add_argument(
+        "--signature", default="serving_default",
+        help="SavedModel signature to call: serving_default, beam_search or greedy (default: serving_default)",
+    )
     tr.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     add_workers_flag(tr)
     tr.set_defaults(func=_translate)
@@ -699,15 +767,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-dir", default="runs/multi30k",
         help="the --output-dir of `run` or --model-dir of `train` (model.keras, spm.model); default: runs/multi30k",
     )
-    att.add_argument("--source", required=True, help="the source sentence")
+    att.add_argument("--source", required=True, help="the source sentence (required)")
     att.add_argument("--target", default=None, help="the target sentence (default: the model's greedy translation)")
     att.add_argument("--layer", type=int, default=-1, help="decoder layer, negative counts from the end (default: -1)")
-    att.add_argument("--output", default="attention.png", help="the PNG to write")
+    att.add_argument("--output", default="attention.png", help="the PNG to write (default: attention.png)")
     att.set_defaults(func=_plot)
     pe = kinds.add_parser("positional-encoding", help="the sinusoid matrix of Section 3.5")
-    pe.add_argument("--d-model", type=int, default=256, help="encoding width (even)")
-    pe.add_argument("--length", type=int, default=100, help="number of positions")
-    pe.add_argument("--output", default="positional_encoding.png", help="the PNG to write")
+    pe.add_argument("--d-model", type=int, default=256, help="encoding width, even (default 256)")
+    pe.add_argument("--length", type=int, default=100, help="number of positions (default 100)")
+    pe.add_argument("--output", default="positional_encoding.png", help="the PNG to write (default: positional_encoding.png)")
     pe.set_defaults(func=_plot)
     return parser
 

@@ -138,6 +138,11 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     export = pathlib.Path(results["saved_model"])
     assert (export / "saved_model.pb").is_file()
     assert len((out / "test2016.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
+    record = json.loads((out / "model.keras.json").read_text())
+    state = json.loads((out / "checkpoints" / "state.json").read_text())
+    assert record["weights"] == "checkpoint" and record["checkpoints"] == [state["latest"]]
+    assert (record["epoch"], record["epochs"], record["saved_by"]) == (1, 1, "run")
+    assert f"saved {out / 'model.keras'}: the weights of checkpoint {state['latest']}" in result.stdout
 
     # evaluate and export load the trained model in a fresh process (the Keras classes must register).
     _write_slice(multi30k_dir, out, 5)
@@ -149,6 +154,7 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     assert "BLEU = " in evaluate.stdout and "sentences = 5" in evaluate.stdout
     assert "beam search (beam 2, alpha 1.0)" in evaluate.stdout
+    assert f"weights: {out / 'model.keras'}: the weights of checkpoint {state['latest']}" in evaluate.stdout
     exported = subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", "export", "--model-dir", str(out), "--export-dir",
          str(out / "export2"), "--version", "3", "--beam-size", "2"],
@@ -158,15 +164,31 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     assert (out / "export2" / "3" / "saved_model.pb").is_file()
 
     too_long = " ".join(["dog"] * 400)  # more pieces than the tiny preset's max_length
-    sentences = ["A man is riding a bike.", too_long, "Two dogs play in the snow."]
+    sentences = ["A man is riding a bike.", too_long, "Two dogs play in the snow.",
+                 "\tA man\u00a0is  riding a\u3000bike. ", "你好世界", " 😀\u3000👍"]
     translate = subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", "translate", "--saved-model", str(export)],
         input="\n".join(sentences) + "\n", env=env, capture_output=True, text=True, timeout=300,
     )
     assert translate.returncode == 0, translate.stderr[-3000:]
-    assert len(translate.stdout.splitlines()) == len(sentences)
-    assert "warning: 1 of 3 sentences are longer than the model's max_length" in translate.stderr
+    lines = translate.stdout.splitlines()
+    assert len(lines) == len(sentences)
+    assert lines[3] == lines[0]  # whitespace variants translate like the plain sentence (ids: tests/decoding)
+    assert lines[4:] == ["你好世界", "😀 👍"]  # nothing the vocabulary knows: copied through
+    assert "warning: 1 of 6 sentences are longer than the model's max_length" in translate.stderr
     assert "(lines 2)" in translate.stderr
+    assert f"weights: {export / 'variables'}" in translate.stderr
+
+    # Re-running the finished run trains nothing, says so, and translates and exports again.
+    checkpoints_before = sorted(os.listdir(out / "checkpoints"))
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (f"{out} already holds a finished run (epoch 1 of 1, step {state['step']}); re-running trains nothing: "
+            "it translates test2016 and exports again") in again.stdout
+    assert "trained nothing (the run was finished)" in again.stdout and "BLEU = " in again.stdout
+    assert sorted(os.listdir(out / "checkpoints")) == checkpoints_before
+    assert json.loads((out / "checkpoints" / "state.json").read_text()) == state
+    assert json.loads((out / "results.json").read_text())["train_minutes"] == results["train_minutes"]
 
 
 def test_tfds_without_network_says_how_to_use_local_files(tmp_path, capsys, monkeypatch):
@@ -181,3 +203,128 @@ def test_tfds_without_network_says_how_to_use_local_files(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert "wmt14_translate/de-en is not prepared" in err and "network is unreachable" in err
     assert "--train-source/--train-target" in err
+
+
+def _options(parser, path=()):
+    """(command path, action) of every option of every (sub)command."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, path + (name,))
+        elif action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield path, action
+
+
+def test_every_option_says_its_default():
+    from keras_transformer.cli import build_parser
+
+    options = list(_options(build_parser()))
+    assert len(options) > 100  # every command's options were walked
+    missing, wrong_value = [], []
+    for path, action in options:
+        name = f"{' '.join(path)} {action.option_strings[0]}"
+        text = (action.help or "").lower()
+        if action.required:
+            if "required" not in text:
+                missing.append(name)
+            continue
+        if "default" not in text:
+            missing.append(name)
+        default = action.default
+        if isinstance(default, (int, float, str)) and not isinstance(default, bool) and default is not None:
+            shown = {str(default).lower(), f"{default:g}" if isinstance(default, float) else str(default).lower()}
+            if not any(s in text for s in shown):
+                wrong_value.append(f"{name} (default {default!r})")
+    assert not missing, f"options without their default in the help: {missing}"
+    assert not wrong_value, f"help does not show the default value: {wrong_value}"
+
+
+def test_version_is_the_package_version(capsys):
+    import tomllib
+
+    import keras_transformer
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"keras-transformer {keras_transformer.__version__}"
+    # pyproject.toml takes the distribution's version from the same attribute.
+    project = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["dynamic"] == ["version"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "keras_transformer.__version__"}
+    assert keras_transformer.__version__.count(".") == 2 and keras_transformer.__version__[0].isdigit()
+
+
+class _Terminal(__import__("io").StringIO):
+    """A stderr that says it is a terminal (tqdm draws its bar only on one)."""
+
+    def isatty(self):
+        return True
+
+
+def test_evaluate_says_which_weights_and_shows_a_progress_bar(tmp_path, monkeypatch, capsys):
+    import tensorflow as tf
+
+    import keras_transformer.decoding.load as load
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    lines = ["A dog runs.", "Two men.", "A cat sleeps."]
+    (tmp_path / "src.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "ref.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    opened = load.OpenedTranslator(
+        "model_dir", lambda batch: {"translations": batch, "truncated": tf.zeros_like(batch, tf.bool)},
+        "greedy search", {}, None, weights=f"{folder / 'model.keras'}: the weights of checkpoint ckpt-00000009.weights.h5",
+    )
+    monkeypatch.setattr(load, "open_translator", lambda *args, **kwargs: opened)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    status = main(["evaluate", "--model-dir", str(folder), "--source", str(tmp_path / "src.en"),
+                   "--reference", str(tmp_path / "ref.de"), "--batch-size", "2", "--workers", "1"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert f"weights: {folder / 'model.keras'}: the weights of checkpoint ckpt-00000009.weights.h5" in out
+    assert "BLEU = 100.00" in out
+    bar = terminal.getvalue()
+    assert "translating: 100%" in bar and "3/3" in bar and "sent" in bar
+
+
+def test_rerun_says_what_it_does(tmp_path, capsys):
+    import argparse
+
+    from keras_transformer.cli import _say_what_a_rerun_does
+    from keras_transformer.training import checkpoints
+
+    out = tmp_path / "run"
+    args = argparse.Namespace(command="run", epochs=20, max_train_minutes=6.0)
+    assert _say_what_a_rerun_does(args, out) is False  # a new folder: nothing said
+    assert capsys.readouterr().out == ""
+    (out / "checkpoints").mkdir(parents=True)
+
+    def state(epoch, batch, step):
+        name = f"ckpt-{step:08d}.weights.h5"
+        (out / "checkpoints" / name).write_bytes(b"")
+        checkpoints.atomic_write_text(out / "checkpoints" / "state.json", json.dumps(
+            {"epoch": epoch, "batch": batch, "batches": step, "step": step, "latest": name}))
+
+    state(1, 180, 470)  # stopped by the 6-minute budget in epoch 2
+    assert _say_what_a_rerun_does(args, out) is False
+    assert capsys.readouterr().out.strip() == (
+        f"{out} holds a run stopped at batch 180 of epoch 2 of 20 (step 470); re-running continues training from "
+        "there for at most 6 more minutes, then translates test2016 and exports again; use a new --output-dir to "
+        "start over"
+    )
+    state(20, 0, 5800)
+    assert _say_what_a_rerun_does(args, out) is True
+    assert capsys.readouterr().out.strip() == (
+        f"{out} already holds a finished run (epoch 20 of 20, step 5800); re-running trains nothing: it translates "
+        "test2016 and exports again with the trained model; use a new --output-dir to train again"
+    )
+    train = argparse.Namespace(command="train", epochs=30, max_train_minutes=0.0)
+    assert _say_what_a_rerun_does(train, out) is False  # more epochs asked for: training continues
+    assert capsys.readouterr().out.strip() == (
+        f"{out} holds a run stopped after epoch 20 of 30 (step 5800); re-running continues training from there, "
+        "then saves model.keras again; use a new --model-dir to start over"
+    )

@@ -312,6 +312,24 @@ def test_bad_input(models, tokenizer, valid):
     assert tf_out["truncated"].numpy().tolist() == out["truncated"]
 
 
+def test_unknown_input_follows_the_tf_translator(models, tokenizer, spm_model):
+    """Unseen scripts without a known word are copied through; mixed input is bounded by its known pieces."""
+    import sentencepiece as spm
+
+    model, path = models["pre_ln"]
+    translator = CTranslate2Translator(path, beam_size=1, intra_threads=1)
+    batch = ["你好世界，今天天气很好。", " 😀 👍\u3000🐶 ", "Ein Hund 你好世界 läuft.", "A dog runs."]
+    out = translator.translate(batch)
+    assert out["translations"][:2] == ["你好世界，今天天气很好。", "😀 👍 🐶"]
+    assert out["scores"][:2] == [0.0, 0.0] and out["output_ids"][:2] == [[], []]
+    processor = spm.SentencePieceProcessor(model_file=spm_model)
+    known = sum(1 for i in processor.encode(batch[2]) if i != processor.unk_id())
+    assert 1 <= len(out["output_ids"][2]) <= known + 1 + EXTRA
+    reference = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=1)
+    tf_out = reference.translate_greedy(tf.constant(batch))
+    assert [t.decode("utf-8") for t in tf_out["translations"].numpy()] == out["translations"]
+
+
 def test_bfloat16_export_without_torch(models, tokenizer, tmp_path):
     """bfloat16 weights are written through ml_dtypes (no torch): half the float32 bytes, same greedy output."""
     model, _ = models["pre_ln"]

@@ -16,11 +16,29 @@ Ids (binding contract of the package): pad = 0, unk = 1, bos = 2, eos = 3.
 
 Decisions:
 
-* ``normalization_rule_name="identity"`` by default: SentencePiece's default
-  ``nmt_nfkc`` rewrites characters (e.g. the no-break space in Multi30k
-  ``val.de`` line 1) so ``detokenize(tokenize(x)) != x``; with ``identity``
-  every Multi30k val/test line round-trips. Runs of spaces are still collapsed
-  (``remove_extra_whitespaces``).
+* **Normalization** (``normalization_rule_name="nmt_nfkc"``, SentencePiece's
+  default): Unicode NFKC, every Unicode space (tab, newline, U+00A0, U+2009,
+  U+3000, ...; all of ``\s`` and ``\p{Z}``) becomes a space, other control
+  characters are removed, then runs of spaces collapse and leading/trailing
+  ones go (``remove_extra_whitespaces``). The rule is compiled into the model
+  proto (``normalizer_spec.precompiled_charsmap``), so the one rule runs
+  wherever the vocabulary does: the SentencePiece trainer on the training
+  text, :func:`~keras_transformer.data.pipeline.prepare_pairs` and the
+  Translator through ``tensorflow_text`` (in-graph, hence in every
+  SavedModel), the ``sentencepiece`` library (CTranslate2 export). A
+  sentence written with tabs, no-break or ideographic spaces, repeated or
+  surrounding spaces gets exactly the ids of its plain form.
+  ``detokenize(tokenize(x)) == x`` holds for text that is already normal
+  (NFKC, single spaces, no surrounding ones: every Multi30k test2016 line and
+  all val lines but ``val.de`` line 1, which has a U+00A0); other text comes
+  back normalized (U+00A0 as a space, ``…`` as ``...``), and a model
+  trained on normalized targets writes normalized text.
+  Gaps of SentencePiece's rule, kept as they are: U+000B and U+001C-U+001F
+  are removed (not turned into spaces), U+0085 is not normalized.
+  Vocabularies trained before this default used ``"identity"`` (no character
+  mapping: a tab or U+00A0 was its own piece, or ``unk``); the rule lives in
+  their proto, so they keep tokenizing exactly as before
+  (:attr:`SubwordTokenizer.normalization` tells which rule a vocabulary has).
 * ``byte_fallback`` is on when the vocabulary has room for the 256 byte pieces
   (``vocab_size >= 1024`` by default): a character never seen in training is
   spelled as UTF-8 bytes instead of becoming ``<unk>``, so it round-trips too.
@@ -36,9 +54,11 @@ import io
 import json
 import os
 import random
+import unicodedata
 from collections.abc import Iterable, Iterator
 from typing import Any, Union
 
+import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -51,6 +71,7 @@ __all__ = [
     "SubwordTokenizer",
     "train_sentencepiece",
     "read_tokenizer_options",
+    "piece_masks",
 ]
 
 PAD_ID = 0
@@ -157,7 +178,7 @@ def train_sentencepiece(
     input_sentence_size: int = 10_000_000,
     shuffle: bool = True,
     seed: int = 0,
-    normalization_rule_name: str = "identity",
+    normalization_rule_name: str = "nmt_nfkc",
     byte_fallback: bool | None = None,
     num_threads: int = 1,
     max_sentence_length: int = 8192,
@@ -183,9 +204,12 @@ def train_sentencepiece(
         shuffle: with sampling, draw a uniform random sample; when False, take
             the first ``input_sentence_size`` sentences.
         seed: seed of the sample (training is deterministic for a seed).
-        normalization_rule_name: SentencePiece normalization; ``"identity"``
-            keeps ``detokenize(tokenize(x)) == x`` (see module docstring),
-            ``"nmt_nfkc"`` is SentencePiece's default.
+        normalization_rule_name: SentencePiece's normalization rule, stored
+            in the model: ``"nmt_nfkc"`` (default; NFKC and Unicode spaces
+            folded, see the module docstring), ``"identity"`` (no character
+            mapping: ``detokenize(tokenize(x)) == x`` for any text without
+            repeated or surrounding spaces; the default before), or another
+            SentencePiece rule (``"nfkc"``, ``"nmt_nfkc_cf"``, ...).
         byte_fallback: spell unseen characters as UTF-8 bytes. ``None`` = on
             when ``vocab_size >= 1024`` (the 256 byte pieces are part of the
             vocabulary).
@@ -307,6 +331,42 @@ def read_tokenizer_options(model_path: str | os.PathLike) -> dict[str, Any] | No
         return json.load(f)
 
 
+def piece_masks(processor: spm.SentencePieceProcessor) -> tuple[np.ndarray, np.ndarray]:
+    """Which ids of a SentencePiece model are unknown, and which are known words.
+
+    Args:
+        processor: a loaded ``sentencepiece.SentencePieceProcessor``.
+
+    Returns:
+        ``(unknown, word)``, two ``[vocab_size]`` bool numpy arrays: ``unknown``
+        is True for ``unk`` and the byte-fallback pieces ``<0x00>``..``<0xFF>``
+        (characters the vocabulary has no piece for); ``word`` for the other
+        non-control pieces that hold a letter or a digit (Unicode categories
+        ``L*``, ``N*``). Used by the Translators' unknown-input rule
+        (:mod:`keras_transformer.decoding.translator`).
+    """
+    size = int(processor.get_piece_size())
+    unknown = np.array([bool(processor.is_unknown(i) or processor.is_byte(i)) for i in range(size)], dtype=bool)
+    word = np.array(
+        [
+            not (unknown[i] or processor.is_control(i))
+            and any(unicodedata.category(c)[0] in "LN" for c in processor.id_to_piece(i))
+            for i in range(size)
+        ],
+        dtype=bool,
+    )
+    return unknown, word
+
+
+def _normalization_rule(model_bytes: bytes) -> str:
+    """The ``normalizer_spec.name`` of a serialized SentencePiece model (e.g. ``"nmt_nfkc"``, ``"identity"``)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_bytes)
+    return proto.normalizer_spec.name
+
+
 class SubwordTokenizer(tf.Module):
     """In-graph SentencePiece tokenizer with the shared vocabulary (Section 3.4).
 
@@ -362,6 +422,8 @@ class SubwordTokenizer(tf.Module):
         self._vocab_size = int(processor.get_piece_size())
         self._sha256 = hashlib.sha256(model_bytes).hexdigest()
         self._tokenizer = tf_text.SentencepieceTokenizer(model=model_bytes, out_type=tf.int32)
+        self._normalization = _normalization_rule(model_bytes)
+        self._unknown, self._word = piece_masks(processor)
 
     # -- identity of the vocabulary -------------------------------------------------
     @property
@@ -378,6 +440,37 @@ class SubwordTokenizer(tf.Module):
     def vocab_size(self) -> int:
         """Number of ids (python ``int``), pad/unk/bos/eos included."""
         return self._vocab_size
+
+    @property
+    def normalization(self) -> str:
+        """The SentencePiece normalization rule stored in the model (``str``).
+
+        ``"nmt_nfkc"`` for vocabularies trained by :func:`train_sentencepiece`
+        since it folds Unicode spaces (module docstring), ``"identity"`` for
+        older ones, ``"user_defined"`` for a custom rule TSV.
+        """
+        return self._normalization
+
+    @property
+    def unknown_piece_mask(self) -> np.ndarray:
+        """``[vocab_size]`` bool numpy array: True for ``unk`` and the byte-fallback pieces ``<0x00>``..``<0xFF>``.
+
+        These ids stand for characters the vocabulary has no piece for (with
+        ``character_coverage=1.0`` the byte pieces never occur in the
+        training text), e.g. Chinese or emoji in an English-German vocabulary.
+        """
+        return self._unknown.copy()
+
+    @property
+    def word_piece_mask(self) -> np.ndarray:
+        """``[vocab_size]`` bool numpy array: True for known pieces holding a letter or a digit.
+
+        Known = neither unknown (:attr:`unknown_piece_mask`) nor a control
+        symbol (pad/bos/eos); letters and digits are the Unicode categories
+        ``L*`` and ``N*``. Pieces of only spaces (``"▁"``) or punctuation
+        (``"."``, ``","``) are not words.
+        """
+        return self._word.copy()
 
     @property
     def pad_id(self) -> int:

@@ -91,6 +91,10 @@ class OpenedTranslator:
             ``length_penalty``, ...).
         translator: the underlying object (a ``Translator``, a loaded
             SavedModel or a ``CTranslate2Translator``).
+        weights: which weights translate, e.g. ``"runs/m/model.keras: the
+            average of the last 5 checkpoints (...)"`` (for a model folder,
+            from the record training leaves next to ``model.keras``, see
+            :func:`keras_transformer.training.checkpoints.describe_model_weights`).
     """
 
     kind: str
@@ -98,6 +102,7 @@ class OpenedTranslator:
     description: str
     settings: dict[str, Any]
     translator: Any
+    weights: str = ""
 
 
 def _search_description(beam_size: int, alpha: float) -> str:
@@ -152,7 +157,11 @@ def open_translator(
             early_stopping=True if early_stopping is None else early_stopping,
         )
         fn = translator.translate if beam > 1 else translator.translate_greedy
-        return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator)
+        from keras_transformer.training.checkpoints import describe_model_weights
+
+        weights = describe_model_weights(pathlib.Path(path) / "model.keras")
+        return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator,
+                                weights)
     if kind == "ctranslate2":
         import tensorflow as tf  # noqa: F401  (batches arrive as tf.string tensors)
 
@@ -167,7 +176,8 @@ def open_translator(
 
         settings = translator.get_config()
         return OpenedTranslator(kind, translate, "CTranslate2 " + _search_description(
-            settings["beam_size"], settings["length_penalty"]), settings, translator)
+            settings["beam_size"], settings["length_penalty"]), settings, translator,
+            f"{pathlib.Path(path) / 'model.bin'} (the weights exported to CTranslate2)")
 
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
@@ -190,4 +200,5 @@ def open_translator(
     signature = loaded.signatures["greedy" if greedy else "serving_default"]
     beam = 1 if greedy else (exported_beam or 0)
     description = ("SavedModel " + _search_description(beam, exported_alpha or 0.0)) if beam else "SavedModel"
-    return OpenedTranslator(kind, lambda batch: signature(batch), description, dict(decoding), loaded)
+    return OpenedTranslator(kind, lambda batch: signature(batch), description, dict(decoding), loaded,
+                            f"{pathlib.Path(path) / 'variables'} (the weights exported in the SavedModel)")

@@ -19,12 +19,37 @@ Decisions:
   translation is the one of the truncated source.
 * **Maximum output length** per sentence = source length (tokens, EOS included)
   + ``extra_decode_length`` (50 in Section 6.1), capped by ``max_length``; the
-  output includes EOS. EOS is forced when the limit is reached.
+  output includes EOS. EOS is forced when the limit is reached. Unknown
+  pieces (below) do not count toward the source length here.
 * **Empty / whitespace-only input** (no pieces, or only whitespace: ASCII
   ``\s`` such as tabs/newlines and Unicode separators ``\p{Z}`` such as
   U+00A0 / U+3000, which the SentencePiece model may otherwise keep as pieces)
   is not sent through the model's answer: its translation is ``""``, its score
   ``0.0``, its ids all 0.
+* **Input normalization** is the vocabulary's: the SentencePiece model
+  carries its rule (``nmt_nfkc`` for vocabularies trained since it became
+  the default: NFKC, Unicode spaces folded, see
+  :mod:`keras_transformer.data.tokenizer`), and ``tensorflow_text`` applies
+  it in-graph, so a sentence written with tabs, no-break or ideographic
+  spaces, repeated or surrounding spaces gets the source ids, hence the
+  translation, of its plain form, here and in every export, exactly as the
+  training data was prepared.
+* **Unknown input.** Pieces the vocabulary lacks (``unk`` and the byte
+  pieces of byte fallback: characters never seen in training, e.g. Chinese
+  or emoji in an English-German vocabulary) are *unknown*; a model never
+  learnt to translate them and tends to repeat itself until the length
+  limit. Two rules bound what it writes:
+
+  - a sentence with unknown pieces and no known word (no known piece with a
+    letter or digit: ``"你好世界"``, ``"😀👍"``, ``"你好!"``) is not sent through
+    the model's answer: its translation is the input itself, copied through
+    with its whitespace folded (``[\s\p{Z}]+`` -> one space, none at the
+    ends), its score ``0.0``, its ids all 0; its search stops at once;
+  - otherwise unknown pieces do not count toward the output limit: a
+    sentence of ``K`` known pieces writes at most ``min(K + 1 +
+    extra_decode_length, max_length)`` tokens (EOS included). A sentence
+    without unknown pieces (``K`` = all its pieces) keeps exactly the limit
+    of Section 6.1, so its translation is unchanged.
 * **Invalid UTF-8.** Inputs are transcoded UTF-8 -> UTF-8 in-graph with
   ``errors="replace"`` (``tf.strings.unicode_transcode``, a core op) before
   tokenization: every invalid byte sequence becomes U+FFFD (which the
@@ -61,6 +86,7 @@ import contextlib
 import functools
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.decoding.search import beam_search, greedy_search
@@ -68,6 +94,19 @@ from keras_transformer.decoding.search import beam_search, greedy_search
 __all__ = ["Translator"]
 
 _STRINGS = [tf.TensorSpec([None], tf.string, name="sentences")]
+
+
+def _fold_whitespace(strings: tf.Tensor) -> tf.Tensor:
+    """Every run of whitespace (``[\\s\\p{Z}]+``) becomes one space; none at either end (core TF ops).
+
+    Args:
+        strings: ``[B]`` ``tf.string``, valid UTF-8.
+
+    Returns:
+        ``[B]`` ``tf.string``.
+    """
+    folded = tf.strings.regex_replace(strings, r"[\s\p{Z}]+", " ")
+    return tf.strings.regex_replace(folded, r"^ | $", "")
 
 
 def _valid_utf8(strings: tf.Tensor) -> tf.Tensor:
@@ -180,6 +219,12 @@ class Translator(tf.Module):
         self.xla_max_rows = xla_max_rows
         self.bos_id = int(tokenizer.bos_id)
         self.eos_id = int(tokenizer.eos_id)
+        # Per-id tables of the vocabulary (numpy; in-graph constants when traced).
+        vocab_size = int(tokenizer.vocab_size)
+        unknown = getattr(tokenizer, "unknown_piece_mask", None)
+        word = getattr(tokenizer, "word_piece_mask", None)
+        self._unknown_pieces = np.zeros([vocab_size], bool) if unknown is None else np.asarray(unknown, bool)
+        self._word_pieces = np.ones([vocab_size], bool) if word is None else np.asarray(word, bool)
         # Inner numeric functions: ids in, ids out; graph mode, and XLA when asked.
         self._beam_core = tf.function(functools.partial(self._beam_search_ids, xla=False), reduce_retracing=True)
         self._greedy_core = tf.function(functools.partial(self._greedy_search_ids, xla=False), reduce_retracing=True)
@@ -205,6 +250,8 @@ class Translator(tf.Module):
             "xla_max_rows": self.xla_max_rows,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
+            # Recorded so an export tells whether it has the rule (exports made before it lack the key).
+            "unknown_input": "copied when no known word; the output limit counts known pieces",
         }
 
     # -- numeric core (inside XLA when jit_compile) ------------------------------------
@@ -341,10 +388,13 @@ class Translator(tf.Module):
 
         Returns:
             dict with ``source_ids`` int32 [B, S] (pieces + EOS, 0-padded,
-            ``S <= max_length``), ``max_decode_lengths`` int32 [B] (source
-            length + extra_decode_length, capped by max_length), ``truncated``
-            bool [B] (more than ``max_length - 1`` pieces) and ``empty`` bool [B]
-            (no pieces or whitespace only).
+            ``S <= max_length``), ``max_decode_lengths`` int32 [B] (known
+            source pieces + 1 + extra_decode_length, capped by max_length; 1
+            for empty and copied sentences), ``truncated`` bool [B] (more
+            than ``max_length - 1`` pieces), ``empty`` bool [B] (no pieces or
+            whitespace only) and ``copied`` bool [B] (unknown pieces and no
+            known word: translated as the input itself, see the module
+            docstring).
         """
         sentences = _valid_utf8(sentences)
         blank = tf.strings.regex_full_match(sentences, r"[\s\p{Z}]*")
@@ -357,14 +407,44 @@ class Translator(tf.Module):
         batch_size = tf.shape(num_pieces)[0]
         eos = tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.constant(self.eos_id, tf.int32)))
         source = tf.concat([pieces, eos], axis=1).to_tensor(default_value=0)
-        source_lengths = tf.minimum(num_pieces, keep) + 1
-        max_decode_lengths = tf.minimum(source_lengths + self.extra_decode_length, self.max_length)
+        unknown = tf.ragged.map_flat_values(tf.gather, tf.constant(self._unknown_pieces), pieces)
+        word = tf.ragged.map_flat_values(tf.gather, tf.constant(self._word_pieces), pieces)
+        known = tf.reduce_sum(tf.cast(tf.logical_not(unknown), tf.int32), axis=1)
+        empty = tf.logical_or(tf.equal(num_pieces, 0), blank)
+        copied = tf.reduce_any(unknown, axis=1) & tf.logical_not(tf.reduce_any(word, axis=1)) & tf.logical_not(empty)
+        max_decode_lengths = tf.minimum(known + 1 + self.extra_decode_length, self.max_length)
+        # Nothing to search for: EOS at once.
+        max_decode_lengths = tf.where(empty | copied, tf.ones_like(max_decode_lengths), max_decode_lengths)
         return {
             "source_ids": source,
             "max_decode_lengths": max_decode_lengths,
             "truncated": truncated,
-            "empty": tf.logical_or(tf.equal(num_pieces, 0), blank),
+            "empty": empty,
+            "copied": copied,
         }
+
+    def _search_batch(self, sentences: tf.Tensor, greedy: bool) -> dict[str, tf.Tensor]:
+        """Tokenization + search of a batch; empty and copied sentences get all-0 ids (and scores 0).
+
+        Returns:
+            :meth:`source_ids`' dict plus ``output_ids`` (int32 [B, L] greedy,
+            [B, beam_size, L] beam) and, for beam search, ``scores`` float32
+            [B, beam_size].
+        """
+        inputs = self.source_ids(sentences)
+        skipped = inputs["empty"] | inputs["copied"]
+        if greedy:
+            ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"])
+            return dict(inputs, output_ids=tf.where(skipped[:, None], tf.zeros_like(ids), ids))
+        ids, scores = self._search(False, inputs["source_ids"], inputs["max_decode_lengths"])
+        ids = tf.where(skipped[:, None, None], tf.zeros_like(ids), ids)
+        scores = tf.where(skipped[:, None], tf.zeros_like(scores), scores)
+        return dict(inputs, output_ids=ids, scores=scores)
+
+    def _texts(self, sentences: tf.Tensor, ids: tf.Tensor, copied: tf.Tensor) -> tf.Tensor:
+        """Detokenized ``ids`` [B, L] as valid UTF-8; copied sentences are their whitespace-folded input."""
+        translations = _valid_utf8(self.tokenizer.detokenize(ids))
+        return tf.where(copied, _fold_whitespace(_valid_utf8(sentences)), translations)
 
     # -- public tf.functions (exported signatures) --------------------------------------
     @tf.function(input_signature=_STRINGS)
@@ -375,14 +455,15 @@ class Translator(tf.Module):
             sentences: ``[B]`` ``tf.string``.
 
         Returns:
-            dict: ``translations`` [B] tf.string (best hypothesis),
-            ``scores`` [B] float32 (its ``log P / lp``; 0 for empty input),
-            ``truncated`` [B] bool (source cut to ``max_length - 1`` pieces).
+            dict: ``translations`` [B] tf.string (best hypothesis; ``""``
+            for empty input, the input itself for copied input),
+            ``scores`` [B] float32 (its ``log P / lp``; 0 for empty and
+            copied input), ``truncated`` [B] bool (source cut to
+            ``max_length - 1`` pieces).
         """
-        out = self.translate_ids(sentences)
-        ids = out["output_ids"][:, 0, :]
+        out = self._search_batch(sentences, greedy=False)
         return {
-            "translations": _valid_utf8(self.tokenizer.detokenize(ids)),
+            "translations": self._texts(sentences, out["output_ids"][:, 0, :], out["copied"]),
             "scores": out["scores"][:, 0],
             "truncated": out["truncated"],
         }
@@ -396,15 +477,14 @@ class Translator(tf.Module):
 
         Returns:
             dict: ``translations`` [B] tf.string, ``output_ids`` int32
-            [B, max_length] (EOS kept, 0 after), ``truncated`` [B] bool.
+            [B, max_length] (EOS kept, 0 after; all 0 for empty and copied
+            input), ``truncated`` [B] bool.
         """
-        inputs = self.source_ids(sentences)
-        ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"])
-        ids = tf.where(inputs["empty"][:, None], tf.zeros_like(ids), ids)
+        out = self._search_batch(sentences, greedy=True)
         return {
-            "translations": _valid_utf8(self.tokenizer.detokenize(ids)),
-            "output_ids": ids,
-            "truncated": inputs["truncated"],
+            "translations": self._texts(sentences, out["output_ids"], out["copied"]),
+            "output_ids": out["output_ids"],
+            "truncated": out["truncated"],
         }
 
     @tf.function(input_signature=_STRINGS)
@@ -417,20 +497,16 @@ class Translator(tf.Module):
         Returns:
             dict: ``source_ids`` int32 [B, S]; ``output_ids`` int32
             [B, beam_size, max_length] best first (no BOS, EOS kept, 0 after;
-            all 0 for empty input); ``scores`` float32 [B, beam_size]
-            (``-inf`` for a beam slot without any hypothesis, 0 for empty
-            input); ``truncated`` bool [B].
+            all 0 for empty and copied input); ``scores`` float32
+            [B, beam_size] (``-inf`` for a beam slot without any hypothesis,
+            0 for empty and copied input); ``truncated`` bool [B].
         """
-        inputs = self.source_ids(sentences)
-        ids, scores = self._search(False, inputs["source_ids"], inputs["max_decode_lengths"])
-        empty = inputs["empty"]
-        ids = tf.where(empty[:, None, None], tf.zeros_like(ids), ids)
-        scores = tf.where(empty[:, None], tf.zeros_like(scores), scores)
+        out = self._search_batch(sentences, greedy=False)
         return {
-            "source_ids": inputs["source_ids"],
-            "output_ids": ids,
-            "scores": scores,
-            "truncated": inputs["truncated"],
+            "source_ids": out["source_ids"],
+            "output_ids": out["output_ids"],
+            "scores": out["scores"],
+            "truncated": out["truncated"],
         }
 
     # -- Python convenience ------------------------------------------------------------

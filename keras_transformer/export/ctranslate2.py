@@ -365,6 +365,7 @@ def export_ctranslate2(
         "tokenizer": {
             "file": CT2_VOCAB_FILENAME,
             "sha256": tokenizer.vocab_sha256,
+            "normalization": tokenizer.normalization,
             "vocab_size": int(tokenizer.vocab_size),
             "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3,
         },
@@ -445,6 +446,20 @@ def _is_blank(sentence: str) -> bool:
     return all(char in " \t\n\r\f" or unicodedata.category(char).startswith("Z") for char in sentence)
 
 
+def _fold_whitespace(sentence: str) -> str:
+    """The TF Translator's copy of a sentence: runs of ``[\\s\\p{Z}]`` as one space, none at the ends."""
+    out, space = [], False
+    for char in sentence:
+        if char in " \t\n\r\f" or unicodedata.category(char).startswith("Z"):
+            space = bool(out)
+        else:
+            if space:
+                out.append(" ")
+            out.append(char)
+            space = False
+    return "".join(out)
+
+
 def _read_record(model_dir: str) -> dict[str, Any]:
     if not os.path.isdir(model_dir):
         raise ValueError(f"not a directory: {model_dir}")
@@ -492,6 +507,11 @@ class CTranslate2Translator:
       ends there, without the EOS our search would force;
     * empty or whitespace-only input (ASCII whitespace, Unicode separators)
       gives ``""`` with score 0 and is not sent to the model;
+    * unknown input (the TF Translator's rule): a sentence with unknown
+      pieces (``unk``, byte fallback) and no known word is copied through
+      with its whitespace folded (score 0, ``output_ids`` ``[]``, not sent
+      to the model); otherwise only known pieces count toward the output
+      limit above;
     * lone surrogates are treated as invalid UTF-8 bytes: U+FFFD;
     * ``beam_size=1`` is greedy search: the same tokens as
       ``Translator.translate_greedy`` up to float rounding (near-ties of
@@ -579,6 +599,9 @@ class CTranslate2Translator:
         self._processor = spm.SentencePieceProcessor()
         self._processor.LoadFromSerializedProto(model_bytes)
         self._vocab_size = int(self._processor.get_piece_size())
+        from keras_transformer.data.tokenizer import piece_masks
+
+        self._unknown, self._word = piece_masks(self._processor)
         # CTranslate2's vocabulary: the pieces by id, then the export's placeholders up to the model's size.
         self._pieces = [self._processor.id_to_piece(i) for i in range(self._vocab_size)]
         self._pieces += [_placeholder(i) for i in range(self._vocab_size, int(self.record["vocab_size"]))]
@@ -636,10 +659,10 @@ class CTranslate2Translator:
             dict of lists with one entry per input, in order:
             ``translations`` (``str``), ``scores`` (``float``, ``log P /
             lp(Y)`` in our convention, see the class docstring; 0.0 for empty
-            input), ``truncated`` (``bool``, the source was cut to
+            and copied input), ``truncated`` (``bool``, the source was cut to
             ``max_length - 1`` pieces) and ``output_ids`` (``list[int]``,
             the output ids ending with EOS, as ``Translator``'s
-            ``output_ids`` without padding; ``[]`` for empty input).
+            ``output_ids`` without padding; ``[]`` for empty and copied input).
 
         Raises:
             TypeError: if ``sentences`` is a single ``str`` or holds a non-``str``.
@@ -659,7 +682,12 @@ class CTranslate2Translator:
             out["truncated"][i] = len(pieces) > keep
             if pieces and not _is_blank(text):
                 pieces = pieces[:keep]
-                jobs.append((i, pieces, min(len(pieces) + 1 + self.extra_decode_length, self.max_length)))
+                unknown = [bool(self._unknown[p]) for p in pieces]
+                if any(unknown) and not any(self._word[p] for p in pieces):
+                    out["translations"][i] = _fold_whitespace(text)  # nothing the vocabulary knows: copied
+                    continue
+                known = len(pieces) - sum(unknown)
+                jobs.append((i, pieces, min(known + 1 + self.extra_decode_length, self.max_length)))
         outputs = self._decode([pieces for _, pieces, _ in jobs], [limit for *_, limit in jobs])
         for (i, _, _), (ids, log_prob) in zip(jobs, outputs):
             kept = [t for t in ids if t not in (0, 2) and t < self._vocab_size]

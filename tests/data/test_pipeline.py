@@ -293,3 +293,19 @@ def test_fixed_padding_of_sentence_batches(val_prepared):
     assert int((target_out.numpy() != 0).any(axis=1).sum()) == 14
     with pytest.raises(ValueError, match="num_replicas"):
         make_dataset(val_prepared, batch_tokens=300, padding="fixed", num_replicas=0)
+
+
+def test_prepare_gives_whitespace_variants_the_ids_of_the_plain_form(tokenizer, multi30k_val):
+    """Training data written with tabs, Unicode spaces or extra spaces is prepared as its plain form."""
+    en, de = (side[:40] for side in multi30k_val)
+    plain = prepare_pairs(en, de, tokenizer, max_length=200)
+
+    def variant(i, s):
+        space = ["\t", "\u00a0", "\u3000", "\u2009", "  ", " \u202f "][i % 6]
+        return " \t" + s.replace(" ", space) + "\u3000 "
+
+    written = prepare_pairs([variant(i, s) for i, s in enumerate(en)], [variant(i + 1, s) for i, s in enumerate(de)],
+                            tokenizer, max_length=200)
+    assert written.source_ids.to_list() == plain.source_ids.to_list()
+    assert written.target_ids.to_list() == plain.target_ids.to_list()
+    assert written.report.to_dict() == plain.report.to_dict()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import unicodedata
 
 import numpy as np
 import pytest
@@ -14,13 +16,96 @@ import tensorflow as tf
 from keras_transformer.data.tokenizer import SubwordTokenizer, read_tokenizer_options, train_sentencepiece
 
 
+def _normal_form(line: str) -> str:
+    """NFKC with Unicode whitespace folded to single spaces, computed without SentencePiece."""
+    return " ".join(unicodedata.normalize("NFKC", line).split())
+
+
 def test_round_trips_every_validation_line(tokenizer, multi30k_val):
+    """Normal text comes back exactly; the one val line with a U+00A0 comes back with a space."""
+    not_normal = []
     for lines in multi30k_val:
         ids = tokenizer.tokenize(tf.constant(lines))
         out = [s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy()]
-        mismatches = [(a, b) for a, b in zip(lines, out) if a != b]
-        assert not mismatches, mismatches[:3]
         assert len(out) == len(lines)
+        mismatches = [(a, b) for a, b in zip(lines, out) if b != _normal_form(a)]
+        assert not mismatches, mismatches[:3]
+        not_normal += [line for line in lines if _normal_form(line) != line]
+    assert len(not_normal) == 1 and "\u00a0" in not_normal[0]  # val.de line 1
+
+
+#: Ways of writing the spaces of a sentence that must not change its ids.
+WHITESPACE_VARIANTS = {
+    "tabs": lambda s: s.replace(" ", "\t"),
+    "no-break spaces": lambda s: s.replace(" ", "\u00a0"),
+    "ideographic spaces": lambda s: s.replace(" ", "\u3000"),
+    "thin spaces": lambda s: s.replace(" ", "\u2009"),
+    "narrow no-break spaces": lambda s: s.replace(" ", "\u202f"),
+    "repeated spaces": lambda s: s.replace(" ", "  \t "),
+    "surrounding whitespace": lambda s: " \t\u00a0" + s + " \u3000\n",
+    "line separators": lambda s: s.replace(" ", "\u2028"),
+}
+
+
+def test_whitespace_variants_get_the_ids_of_the_plain_form(tokenizer, tokenizer_model, multi30k_val):
+    lines = multi30k_val[0][:10] + multi30k_val[1][1:11]
+    processor = spm.SentencePieceProcessor(model_file=tokenizer_model)
+    plain = tokenizer.tokenize(tf.constant(lines)).to_list()
+    for name, variant in WHITESPACE_VARIANTS.items():
+        written = [variant(line) for line in lines]
+        assert written != lines
+        assert tokenizer.tokenize(tf.constant(written)).to_list() == plain, name  # in-graph (tensorflow-text)
+        assert processor.encode(written) == plain, name  # the sentencepiece library, same model
+
+
+def test_normalization_rule_lives_in_the_model(tokenizer, tokenizer_model):
+    assert tokenizer.normalization == "nmt_nfkc"
+    assert read_tokenizer_options(tokenizer_model)["trainer_options"]["normalization_rule_name"] == "nmt_nfkc"
+    # NFKC: full-width letters and the ellipsis read as their ASCII forms.
+    assert tokenizer.encode(["\uff21 dog\u2026"]) == tokenizer.encode(["A dog..."])
+
+
+def test_vocabulary_training_folds_whitespace(multi30k_val, tmp_path):
+    en, de = multi30k_val
+    lines = en[:600] + de[:600]
+    variants = [list(WHITESPACE_VARIANTS.values())[i % len(WHITESPACE_VARIANTS)](s) for i, s in enumerate(lines)]
+    plain = train_sentencepiece(lines, tmp_path / "plain", vocab_size=300)
+    written = train_sentencepiece(variants, tmp_path / "variants", vocab_size=300)
+    with open(plain, "rb") as f1, open(written, "rb") as f2:
+        assert f1.read() == f2.read()  # the trainer saw the same normalized text
+
+
+def test_identity_vocabulary_keeps_its_old_behaviour(multi30k_val, tmp_path):
+    """A vocabulary trained with the former default ("identity") tokenizes as it always did."""
+    en, de = multi30k_val
+    path = train_sentencepiece([en, de], tmp_path, vocab_size=1000, normalization_rule_name="identity")
+    old = SubwordTokenizer(path)
+    assert old.normalization == "identity"
+    for lines in (en, de):  # every line round-trips, the U+00A0 of val.de line 1 included
+        out = [s.decode("utf-8") for s in old.detokenize(old.tokenize(tf.constant(lines))).numpy()]
+        assert out == lines
+    processor = spm.SentencePieceProcessor(model_file=path)
+    tabbed = "A dog\truns."
+    assert old.tokenize([tabbed]).to_list() == [processor.encode(tabbed)]  # no rule in the model: the tab stays
+    assert processor.encode(tabbed) != processor.encode("A dog runs.")
+
+
+def test_unknown_and_word_piece_masks(tokenizer, tokenizer_model):
+    processor = spm.SentencePieceProcessor(model_file=tokenizer_model)
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    byte_pieces = {i for i, p in enumerate(pieces) if re.fullmatch(r"<0x[0-9A-F]{2}>", p)}
+    assert len(byte_pieces) == 256  # byte_fallback=True in the fixture
+    unknown = tokenizer.unknown_piece_mask
+    assert unknown.shape == (1000,) and unknown.dtype == bool
+    assert set(np.flatnonzero(unknown)) == byte_pieces | {1}
+    word = tokenizer.word_piece_mask
+    assert not word[[0, 1, 2, 3]].any() and not (word & unknown).any()
+    assert word[processor.piece_to_id("\u2581dog")] and word[processor.piece_to_id("s")]
+    assert not word[processor.piece_to_id("\u2581")] and not word[processor.piece_to_id(".")]
+    # Chinese and emoji: byte pieces only (and the "▁" of the start), no known word.
+    for text in ("\u4f60\u597d\u4e16\u754c", "\U0001F600\U0001F44D"):
+        ids = processor.encode(text)
+        assert all(unknown[i] or pieces[i] == "\u2581" for i in ids) and not word[ids].any()
 
 
 def test_ids_contract(tokenizer, tokenizer_model, multi30k_val):
