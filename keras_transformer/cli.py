@@ -17,7 +17,11 @@ Commands:
     Score a test set (sacreBLEU, chrF) / export the TF Serving SavedModel.
 ``translate``
     Translate a file (or stdin) with an exported SavedModel, in batches, with
-    a progress bar; writes one translation per input line.
+    a progress bar; writes one translation per input line (or, with
+    ``--n-best N``, N ``index ||| hypothesis ||| score`` lines per input).
+``score``
+    Forced decoding: the log-probability and length-normalised score of given
+    translations (filtering parallel data, reranking).
 ``plot attention`` / ``plot positional-encoding``
     Draw the encoder-decoder attention of every head of one decoder layer for
     a sentence pair (from ``run``'s ``model.keras`` and ``spm.model``), or the
@@ -392,11 +396,37 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     )
     print(f"weights: {opened.weights}", flush=True)
     print(f"translating {args.source} ({len(pairs)} sentences) with {opened.description}", flush=True)
-    hypotheses = _translate_lines(opened.translate, pairs.sources, batch_size=args.batch_size, workers=args.workers)
-    if args.output:
-        pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    if args.n_best:
+        from keras_transformer.decoding.corpus import format_n_best, n_best_lines
+
+        _check_n_best(args.n_best, opened)
+        entries = n_best_lines(opened.require("n_best"), pairs.sources, args.n_best, batch_size=args.batch_size,
+                               workers=args.workers)
+        hypotheses = [sentence[0][0] if sentence else "" for sentence in entries]  # BLEU of the best hypothesis
+        text = format_n_best(entries)
+        if args.output:
+            pathlib.Path(args.output).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+    else:
+        hypotheses = _translate_lines(
+            opened.translate, pairs.sources, batch_size=args.batch_size, workers=args.workers
+        )
+        if args.output:
+            pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     print(score_corpus(hypotheses, pairs.targets), flush=True)
     return 0
+
+
+def _check_n_best(n: int, opened) -> None:
+    """``--n-best`` within ``1..beam size`` of the opened translator (before any translation)."""
+    opened.require("n_best")
+    beam = opened.settings.get("beam_size")
+    if isinstance(beam, int) and n > beam:
+        raise CliError(
+            f"--n-best {n} exceeds the beam size {beam}: beam search keeps {beam} hypotheses per sentence"
+            + (" (the SavedModel's exported beam size)" if opened.kind == "saved_model" else "; raise --beam-size")
+        )
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -504,12 +534,48 @@ def _translate(args: argparse.Namespace) -> int:
     if args.signature != "serving_default":
         if opened.kind != "saved_model":
             raise CliError("--signature applies to a SavedModel")
+        if args.n_best:
+            raise CliError("--n-best uses the SavedModel's n_best signature: drop --signature")
         signature = opened.translator.signatures[args.signature]
         translate_fn = lambda batch: signature(batch)  # noqa: E731
     print(f"weights: {opened.weights}", file=sys.stderr, flush=True)
     print(f"translating {name} with {opened.description}", file=sys.stderr, flush=True)
-    translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size, workers=args.workers)
-    text = "".join(t + "\n" for t in translations)
+    if args.n_best:
+        from keras_transformer.decoding.corpus import format_n_best, n_best_lines
+
+        _check_n_best(args.n_best, opened)
+        entries = n_best_lines(opened.require("n_best"), lines, args.n_best, batch_size=args.batch_size,
+                               workers=args.workers)
+        text = format_n_best(entries)
+    else:
+        translations = _translate_lines(translate_fn, lines, batch_size=args.batch_size, workers=args.workers)
+        text = "".join(t + "\n" for t in translations)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        pathlib.Path(args.output).write_text(text, encoding="utf-8")
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from keras_transformer.decoding.load import folder_kind, open_translator
+    from keras_transformer.decoding.scoring import format_scores, read_aligned_lines, score_lines
+
+    if folder_kind(args.model) is None:
+        raise CliError(
+            f"no model at {args.model}: expected a trained model folder (model.keras, spm.model, config.json) or a "
+            f"SavedModel version folder ({args.model}/saved_model.pb)"
+        )
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be at least 1, got {args.batch_size}")
+    sources, targets = read_aligned_lines(args.source, args.target)
+    opened = open_translator(args.model, length_penalty=args.length_penalty)
+    score_fn = opened.require("score")
+    alpha = opened.settings.get("length_penalty")
+    print(f"scoring {len(sources)} pairs of {args.source} / {args.target} with {args.model} (score = log P / "
+          f"((5 + |Y|) / 6)^{alpha})", file=sys.stderr, flush=True)
+    scores = score_lines(score_fn, sources, targets, batch_size=args.batch_size, per_token=args.per_token)
+    text = format_scores(scores, per_token=args.per_token)
     if args.output == "-":
         sys.stdout.write(text)
     else:
@@ -551,6 +617,24 @@ def _alpha(text: str) -> float:
     if not value >= 0:  # also rejects nan
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    """An int >= 1 (``--n-best``), checked before any loading starts."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+N_BEST_HELP = (
+    "write the N best beam-search hypotheses of each sentence instead of its translation, N lines per sentence, "
+    "best first: 'index ||| hypothesis ||| score' (0-based sentence index, score = log P / length penalty with 6 "
+    "decimals; the Moses/fairseq n-best format); 1 <= N <= the beam size (default: off)"
+)
 
 
 def add_stopping_flag(p) -> None:
@@ -690,13 +774,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (required)")
     evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned (required)")
-    evaluate.add_argument("--output", help="write the translations here (default: not written)")
+    evaluate.add_argument("--output", help="write the translations (or the --n-best list) here (default: not written)")
     evaluate.add_argument(
         "--beam-size", type=int, default=None, help="beams, 1: greedy (default 4, or a SavedModel's exported one)"
     )
     evaluate.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     add_stopping_flag(evaluate)
     evaluate.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    evaluate.add_argument(
+        "--n-best", type=_positive_int, default=None,
+        help=N_BEST_HELP + "; the list goes to --output (default: stdout) and BLEU/chrF score the best hypothesis",
+    )
     add_workers_flag(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate)
 
@@ -755,8 +843,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="SavedModel signature to call: serving_default, beam_search or greedy (default: serving_default)",
     )
     tr.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    tr.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP)
     add_workers_flag(tr)
     tr.set_defaults(func=_translate)
+
+    sc = sub.add_parser(
+        "score",
+        help="forced decoding: log-probability and length-normalised score of given translations",
+        description="Scores each target line as a translation of the source line (teacher forcing): one line per "
+        "pair, 'score<TAB>log_prob<TAB>num_tokens', where log_prob = log P(target | source) (natural log, "
+        "EOS included), num_tokens = target pieces + EOS and score = log_prob / ((5 + num_tokens) / 6)^alpha, the "
+        "length-normalised score beam search ranks by (Wu et al. 2016). With --per-token two more fields: the "
+        "target's pieces and their log-probabilities, space-separated. An empty target is scored as EOS alone, an "
+        "empty source as the model sees it (EOS alone); pairs longer than the model's max_length are scored from "
+        "their first max_length - 1 pieces and named in a warning.",
+    )
+    sc.add_argument(
+        "--model", required=True,
+        help="a trained model folder (e.g. runs/multi30k) or a SavedModel version folder (e.g. "
+        "runs/multi30k/export/1, exported with the score signature)",
+    )
+    sc.add_argument("--source", required=True, help="source sentences, one per line (UTF-8, plain or .gz)")
+    sc.add_argument("--target", required=True, help="target sentences, line-aligned with --source")
+    sc.add_argument("--per-token", action="store_true", help="also write each target piece and its log-probability")
+    sc.add_argument("--output", default="-", help="where the score lines go (default: stdout)")
+    sc.add_argument("--batch-size", type=int, default=64, help="pairs per batch (default 64)")
+    sc.add_argument(
+        "--length-penalty", type=_alpha, default=None,
+        help="alpha of the length normalisation; default: the model config's (0.6), or the SavedModel's exported "
+        "alpha (which it must equal)",
+    )
+    sc.set_defaults(func=_score)
 
     plot = sub.add_parser("plot", help="draw attention heads or the positional encoding to a PNG")
     kinds = plot.add_subparsers(dest="kind", required=True)

@@ -10,7 +10,9 @@ in TF Serving's *columnar* format
 
 and returns the ``outputs`` dict (``translations``, ``scores``, ``truncated`` for
 ``serving_default`` / ``beam_search``; see keras_transformer/export/saved_model.py for the
-``greedy`` and ``token_ids`` signatures).
+``greedy``, ``token_ids``, ``n_best`` and ``score`` signatures). The ``score``
+signature also takes ``targets`` (``targets=[...]``, one per sentence; ``--target``
+on the command line).
 
 gRPC (:func:`predict_grpc`): ``PredictionService/Predict`` through the stub of
 ``tensorflow-serving-api`` (``pip install 'keras_transformer[serving]'``; it
@@ -24,6 +26,7 @@ Command line::
     echo "A man is riding a bike." | python serving/client.py --signature greedy
     python serving/client.py --url http://host:8501 --model translator --version 2 "..."
     python serving/client.py --grpc localhost:8500 "A man is riding a bike."
+    python serving/client.py --signature score --target "Ein Mann fährt Rad." --json "A man is riding a bike."
 
 Tokenization happens in the server (the SentencePiece model is in the graph),
 so the client sends raw UTF-8 sentences.
@@ -77,6 +80,19 @@ def _request(url: str, payload: dict | None, timeout: float) -> dict:
         raise RuntimeError(f"TF Serving returned HTTP {e.code} for {url}: {body}") from None
 
 
+def _inputs(sentences: list[str], targets: list[str] | None) -> dict[str, list[str]]:
+    """The request's inputs: ``sentences`` and, for the ``score`` signature, ``targets``."""
+    for name, value in (("sentences", sentences), ("targets", targets)):
+        if value is not None and (isinstance(value, str) or not all(isinstance(s, str) for s in value)):
+            raise ValueError(f"{name} must be a list of str")
+    inputs = {"sentences": list(sentences)}
+    if targets is not None:
+        if len(targets) != len(sentences):
+            raise ValueError(f"{len(sentences)} sentences but {len(targets)} targets: give one target per sentence")
+        inputs["targets"] = list(targets)
+    return inputs
+
+
 def predict(
     sentences: list[str],
     url: str = DEFAULT_URL,
@@ -84,6 +100,7 @@ def predict(
     signature: str = "serving_default",
     version: int | None = None,
     timeout: float = 60.0,
+    targets: list[str] | None = None,
 ) -> dict[str, list]:
     """Calls one signature of the served translator.
 
@@ -91,20 +108,21 @@ def predict(
         sentences: the source sentences (``str``).
         url: TF Serving REST address.
         model: model name (``name`` in serving/models.config).
-        signature: ``serving_default``, ``beam_search``, ``greedy`` or ``token_ids``.
+        signature: ``serving_default``, ``beam_search``, ``greedy``,
+            ``token_ids``, ``n_best`` or ``score``.
         version: a specific version, else the served (latest) one.
         timeout: seconds.
+        targets: for ``score``: one translation (``str``) per sentence.
 
     Returns:
         The signature's outputs, one list per output name (batch first).
 
     Raises:
-        ValueError: if ``sentences`` is not a list of str.
+        ValueError: if ``sentences`` (or ``targets``) is not a list of str,
+            or ``targets`` has another length.
         RuntimeError: with the server's message on an HTTP error.
     """
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
-        raise ValueError("sentences must be a list of str")
-    payload = {"signature_name": signature, "inputs": {"sentences": list(sentences)}}
+    payload = {"signature_name": signature, "inputs": _inputs(sentences, targets)}
     result = _request(_model_url(url, model, version) + ":predict", payload, timeout)
     outputs = result["outputs"]
     if not isinstance(outputs, dict):  # a single-output signature comes back bare
@@ -120,6 +138,7 @@ def predict_grpc(
     version: int | None = None,
     timeout: float = 60.0,
     channel: Any = None,
+    targets: list[str] | None = None,
 ) -> dict[str, list]:
     """Calls one signature of the served translator over gRPC (``PredictionService``).
 
@@ -127,22 +146,24 @@ def predict_grpc(
         sentences: the source sentences (``str``).
         target: ``host:port`` of TF Serving's gRPC API (insecure channel).
         model: model name (``name`` in serving/models.config).
-        signature: ``serving_default``, ``beam_search``, ``greedy`` or ``token_ids``.
+        signature: ``serving_default``, ``beam_search``, ``greedy``,
+            ``token_ids``, ``n_best`` or ``score``.
         version: a specific version, else the served (latest) one.
         timeout: seconds.
         channel: an existing ``grpc.Channel`` to use instead of ``target``.
+        targets: for ``score``: one translation (``str``) per sentence.
 
     Returns:
         The signature's outputs as nested lists (batch first): strings decoded
         as UTF-8 (``str``), numbers as Python ``float``/``int``/``bool``.
 
     Raises:
-        ValueError: if ``sentences`` is not a list of str.
+        ValueError: if ``sentences`` (or ``targets``) is not a list of str,
+            or ``targets`` has another length.
         ImportError: if ``tensorflow-serving-api`` is not installed.
         RuntimeError: with the server's status and message on an RPC error.
     """
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
-        raise ValueError("sentences must be a list of str")
+    inputs = _inputs(sentences, targets)
     try:
         import grpc
         import tensorflow as tf
@@ -157,9 +178,10 @@ def predict_grpc(
     request.model_spec.signature_name = signature
     if version is not None:
         request.model_spec.version.value = int(version)
-    request.inputs["sentences"].CopyFrom(
-        tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string, shape=[len(sentences)])
-    )
+    for name, values in inputs.items():
+        request.inputs[name].CopyFrom(
+            tf.make_tensor_proto([s.encode("utf-8") for s in values], dtype=tf.string, shape=[len(values)])
+        )
     own_channel = channel is None
     channel = grpc.insecure_channel(target) if own_channel else channel
     try:
@@ -211,18 +233,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc", metavar="HOST:PORT", default=None,
                         help="use gRPC at this address instead of REST (needs tensorflow-serving-api)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--signature", default="serving_default")
+    parser.add_argument("--signature", default="serving_default",
+                        help="serving_default, beam_search, greedy, token_ids, n_best or score (default %(default)s)")
+    parser.add_argument("--target", action="append", default=None,
+                        help="for --signature score: a translation of the sentence at the same position (repeat)")
     parser.add_argument("--version", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--json", action="store_true", help="print every output as JSON")
     args = parser.parse_args(argv)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    common = dict(model=args.model, signature=args.signature, version=args.version, timeout=args.timeout)
+    common = dict(model=args.model, signature=args.signature, version=args.version, timeout=args.timeout,
+                  targets=args.target)
     if args.grpc:
         outputs = predict_grpc(sentences, target=args.grpc, **common)
     else:
         outputs = predict(sentences, url=args.url, **common)
-    if args.json:
+    if args.json or "translations" not in outputs:  # e.g. score: numbers only
         print(json.dumps(outputs, ensure_ascii=False, indent=2))
     else:
         for line in outputs.get("translations", []):

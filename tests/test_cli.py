@@ -328,3 +328,161 @@ def test_rerun_says_what_it_does(tmp_path, capsys):
         f"{out} holds a run stopped after epoch 20 of 30 (step 5800); re-running continues training from there, "
         "then saves model.keras again; use a new --model-dir to start over"
     )
+
+
+# -- score and --n-best on the session's tiny fixed-seed model -----------------------------
+
+
+def _shared():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decoding", "_shared.py")
+    spec = importlib.util.spec_from_file_location("_keras_transformer_shared_loader", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.load()
+
+
+SCORE_SOURCES = ["A dog runs in the park.", "", "Two men are playing soccer near a tree.", "A woman."]
+SCORE_TARGETS = ["Ein Hund rennt im Park.", "Ein Hund.", "Zwei Männer spielen Fußball.", ""]
+
+
+@pytest.fixture(scope="module")
+def model_folders(multi30k_dir, tmp_path_factory):
+    """(trained-model folder as `train` writes it, the session's SavedModel version 1, model, tokenizer, config)."""
+    import shutil
+
+    from keras_transformer.config import get_preset
+
+    shared = _shared()
+    spm = shared.spm_path(multi30k_dir, tmp_path_factory)
+    model, tokenizer = shared.model_and_tokenizer(spm)
+    _, paths = shared.exported(model, tokenizer, tmp_path_factory)
+    folder = tmp_path_factory.mktemp("cli_model")
+    model.save(folder / "model.keras")
+    shutil.copy(spm, folder / "spm.model")
+    config = get_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=shared.MODEL_MAX_LENGTH)
+    record = {"preset": "tiny", "config": config.to_dict(), "vocab_sha256": tokenizer.vocab_sha256}
+    (folder / "config.json").write_text(json.dumps(record), encoding="utf-8")
+    files = tmp_path_factory.mktemp("cli_text")
+    (files / "src.en").write_text("".join(s + "\n" for s in SCORE_SOURCES), encoding="utf-8")
+    (files / "tgt.de").write_text("".join(t + "\n" for t in SCORE_TARGETS), encoding="utf-8")
+    # evaluate refuses empty lines: its test set is the non-empty sources.
+    (files / "test.en").write_text("".join(s + "\n" for s in SCORE_SOURCES if s), encoding="utf-8")
+    (files / "test.de").write_text("Ein Hund rennt im Park.\nZwei Männer spielen Fußball.\nEine Frau.\n",
+                                   encoding="utf-8")
+    return folder, paths[1], model, tokenizer, config, files
+
+
+def test_score_command_model_folder_and_saved_model(model_folders, capsys):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer.decoding import Translator
+    from keras_transformer.decoding.scoring import parse_score_line
+
+    folder, saved_model, model, tokenizer, config, files = model_folders
+    args = ["score", "--source", str(files / "src.en"), "--target", str(files / "tgt.de")]
+    assert main(args + ["--model", str(folder), "--per-token", "--batch-size", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(SCORE_SOURCES)
+    parsed = [parse_score_line(line) for line in lines]
+    reference = Translator(model, tokenizer, max_length=config.max_length, length_penalty=config.length_penalty)
+    expected = reference.score(tf.constant(SCORE_SOURCES), tf.constant(SCORE_TARGETS))
+    np.testing.assert_allclose([p.score for p in parsed], expected["score"].numpy(), atol=2e-6)
+    np.testing.assert_allclose([p.log_prob for p in parsed], expected["log_prob"].numpy(), atol=2e-6)
+    assert [p.num_tokens for p in parsed] == expected["num_tokens"].numpy().tolist()
+    assert parsed[3].pieces == ("</s>",)  # the empty target is EOS alone
+    # The SavedModel (exported with alpha 0.6, max_length 20) gives the same lines for these short pairs.
+    out = tmp = folder.parent / "scores.tsv"
+    assert main(args + ["--model", saved_model, "--output", str(out)]) == 0
+    saved = [parse_score_line(line) for line in tmp.read_text(encoding="utf-8").splitlines()]
+    np.testing.assert_allclose([p.score for p in saved], [p.score for p in parsed], atol=2e-5)
+    assert [p.num_tokens for p in saved] == [p.num_tokens for p in parsed]
+    assert all(len(line.split("\t")) == 3 for line in tmp.read_text(encoding="utf-8").splitlines())
+
+
+def test_score_command_bad_input(model_folders, tmp_path, capsys):
+    folder, saved_model, *_, files = model_folders
+    short = tmp_path / "short.de"
+    short.write_text("Ein Hund.\n", encoding="utf-8")
+    base = ["score", "--model", str(folder), "--source", str(files / "src.en")]
+    assert main(base + ["--target", str(short)]) == 2
+    err = capsys.readouterr().err
+    assert f"{files / 'src.en'} has 4 lines but {short} has 1 lines" in err
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(b"Ein Hund.\n\nZwei \xc3(\nx\n")
+    assert main(base + ["--target", str(bad)]) == 2
+    assert f"{bad}, line 3: not UTF-8 (invalid byte at column 6)" in capsys.readouterr().err
+    assert main(base + ["--target", str(tmp_path / "missing.de")]) == 2
+    assert str(tmp_path / "missing.de") in capsys.readouterr().err
+    assert main(["score", "--model", str(tmp_path), "--source", "a", "--target", "b"]) == 2
+    assert f"no model at {tmp_path}" in capsys.readouterr().err
+    assert main(["score", "--model", saved_model, "--source", str(files / "src.en"), "--target",
+                 str(files / "tgt.de"), "--length-penalty", "1.0"]) == 2
+    assert "exported with alpha 0.6" in capsys.readouterr().err
+
+
+def _n_best_checks(text, sources, n, best):
+    from keras_transformer.decoding.corpus import parse_n_best_line
+
+    parsed = [parse_n_best_line(line) for line in text.splitlines()]
+    for index, source in enumerate(sources):
+        entries = [(h, s) for i, h, s in parsed if i == index]
+        assert len(entries) == (n if source else 1)
+        assert entries[0][0] == best[index]
+        assert [s for _, s in entries] == sorted((s for _, s in entries), reverse=True)
+    assert [i for i, _, _ in parsed] == sorted(i for i, _, _ in parsed)  # grouped by sentence, in order
+    return parsed
+
+
+@pytest.mark.parametrize("kind", ["model_dir", "saved_model"])
+def test_translate_and_evaluate_n_best(model_folders, kind, tmp_path, capsys):
+    folder, saved_model, *_, files = model_folders
+    model = str(folder) if kind == "model_dir" else saved_model
+    beam = ["--beam-size", "2"] if kind == "model_dir" else []
+    base = ["translate", "--model", model, "--input", str(files / "src.en")] + beam
+    assert main(base) == 0
+    best = capsys.readouterr().out.splitlines()
+    assert main(base + ["--n-best", "2"]) == 0
+    _n_best_checks(capsys.readouterr().out, SCORE_SOURCES, 2, best)
+    assert main(base + ["--n-best", "3"]) == 2
+    assert "--n-best 3 exceeds the beam size 2" in capsys.readouterr().err
+    # evaluate: the list goes to --output, BLEU scores the best hypotheses (= translate's output).
+    out = tmp_path / "n_best.txt"
+    evaluate = ["evaluate", "--model-dir", model, "--source", str(files / "test.en"), "--reference",
+                str(files / "test.de")] + beam
+    test_sources = [s for s in SCORE_SOURCES if s]
+    test_best = [b for s, b in zip(SCORE_SOURCES, best) if s]
+    assert main(evaluate + ["--output", str(tmp_path / "best.txt")]) == 0
+    plain = capsys.readouterr().out
+    assert main(evaluate + ["--n-best", "2", "--output", str(out)]) == 0
+    with_n_best = capsys.readouterr().out
+    _n_best_checks(out.read_text(encoding="utf-8"), test_sources, 2, test_best)
+    bleu = [line for line in plain.splitlines() if line.startswith("BLEU")]
+    assert bleu and bleu == [line for line in with_n_best.splitlines() if line.startswith("BLEU")]
+    assert (tmp_path / "best.txt").read_text(encoding="utf-8").splitlines() == test_best
+
+
+def test_n_best_flag_is_checked(model_folders, capsys):
+    folder, saved_model, *_, files = model_folders
+    with pytest.raises(SystemExit):
+        main(["translate", "--model", str(folder), "--n-best", "0"])
+    assert "--n-best" in capsys.readouterr().err
+    args = ["translate", "--model", saved_model, "--input", str(files / "src.en"), "--n-best", "1"]
+    assert main(args + ["--beam-size", "1"]) == 2
+    assert "drop --beam-size 1" in capsys.readouterr().err
+    assert main(args + ["--signature", "greedy"]) == 2
+    assert "drop --signature" in capsys.readouterr().err
+
+
+def test_help_documents_n_best_and_saved_model_settings(capsys):
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "index ||| hypothesis ||| score" in text and "0-based" in text
+    assert "A SavedModel keeps the beam size and alpha it was exported with" in text
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "score<TAB>log_prob<TAB>num_tokens" in text and "--per-token" in text

@@ -344,3 +344,23 @@ def test_bfloat16_export_without_torch(models, tokenizer, tmp_path):
     # bfloat16 weights keep 8 bits of mantissa: the greedy ids agree on most positions.
     same = sum(a == b for x, y in zip(got["output_ids"], want["output_ids"]) for a, b in zip(x, y))
     assert same >= 0.7 * sum(len(y) for y in want["output_ids"])
+
+
+def test_n_best_and_score_are_refused_with_the_reason(models, tmp_path, capsys):
+    """CTranslate2 ranks by log P / |Y|^alpha: no n-best list or score in our convention, and the error says so."""
+    from keras_transformer.cli import main
+    from keras_transformer.decoding.load import open_translator
+
+    _, path = models["pre_ln"]
+    opened = open_translator(path)
+    assert opened.n_best is None and opened.score is None
+    with pytest.raises(ValueError, match=r"CTranslate2 export, which gives no n-best lists.*\|Y\|\^alpha"):
+        opened.require("n_best")
+    with pytest.raises(ValueError, match="CTranslate2 export, which cannot score"):
+        opened.require("score")
+    source = tmp_path / "in.en"
+    source.write_text("A dog runs.\n", encoding="utf-8")
+    assert main(["translate", "--model", str(path), "--input", str(source), "--n-best", "1"]) == 2
+    assert "gives no n-best lists" in capsys.readouterr().err
+    assert main(["score", "--model", str(path), "--source", str(source), "--target", str(source)]) == 2
+    assert "cannot score" in capsys.readouterr().err

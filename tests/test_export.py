@@ -74,8 +74,15 @@ def test_layout_assets_and_config(exported, tokenizer):
         assert config["decoding"]["beam_size"] == 2 and config["decoding"]["max_length"] == 20
         assert config["model_config"]["vocab_size"] == tokenizer.vocab_size
         assert config["tokenizer"]["sha256"] == tokenizer.vocab_sha256
-        assert set(config["signatures"]) == {"serving_default", "beam_search", "greedy", "token_ids"}
+        assert set(config["signatures"]) == {"serving_default", "beam_search", "greedy", "token_ids", "n_best",
+                                             "score"}
         assert set(config["signatures"]["serving_default"]["outputs"]) == {"translations", "scores", "truncated"}
+        string_vector = {"dtype": "string", "shape": [None]}
+        assert config["signatures"]["serving_default"]["inputs"] == {"sentences": string_vector}
+        assert config["signatures"]["score"]["inputs"] == {"sentences": string_vector, "targets": string_vector}
+        assert set(config["signatures"]["score"]["outputs"]) == {
+            "log_prob", "score", "num_tokens", "token_log_probs", "target_ids", "target_pieces", "truncated"}
+        assert config["signatures"]["n_best"]["outputs"]["translations"] == {"dtype": "string", "shape": [None, 2]}
 
 
 def test_no_python_ops_and_xla_marker(exported):
@@ -188,7 +195,9 @@ def test_reload_in_fresh_process_translates(exported):
     ops = results.pop("ops")
     assert ops["not_registered"] == []
     assert set(ops["from_text"]) <= set(ops["text_declares"])
-    assert set(ops["from_text"]) == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
+    # (SentencepieceIdToStringOp: the pieces of the score signature; the same kernel file as the others.)
+    assert set(ops["from_text"]) == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
+                                     "SentencepieceIdToStringOp"}
     assert {"PyFunc", "PyFuncStateless", "EagerPyFunc"}.isdisjoint(used_ops)
     assert {"StatefulPartitionedCall", "UnicodeTranscode", "TopKV2"} <= used_ops  # the scan sees function bodies
     assert results["modules"] == []  # keras_transformer was not needed (tensorflow itself imports keras)
@@ -196,7 +205,7 @@ def test_reload_in_fresh_process_translates(exported):
     expected_greedy = plain.translate_greedy(tf.constant(SENTENCES))
     for path in (paths[1], paths[2]):
         got = results[path]
-        assert got["signatures"] == ["beam_search", "greedy", "serving_default", "token_ids"]
+        assert got["signatures"] == ["beam_search", "greedy", "n_best", "score", "serving_default", "token_ids"]
         assert got["translations"] == [t.decode("utf-8") for t in expected["translations"].numpy()]
         assert got["translations"][1] == ""  # empty input
         assert got["truncated"] == [False, False, False]
@@ -204,6 +213,31 @@ def test_reload_in_fresh_process_translates(exported):
             assert abs(a - b) < 1e-3
     assert results[paths[1]]["greedy"] == [t.decode("utf-8") for t in expected_greedy["translations"].numpy()]
     assert results[paths[1]]["output_ids_shape"] == [3, 2, 20]
+
+
+def test_score_and_n_best_signatures_equal_the_python_translator(exported):
+    """The exported ``score`` and ``n_best`` signatures give what the in-process Translator gives."""
+    import numpy as np
+
+    _, paths, plain = exported
+    targets = ["Ein Hund rennt im Park.", "Ein Hund.", ""]
+    expected = plain.score(tf.constant(SENTENCES), tf.constant(targets))
+    expected_n_best = plain.translate_n_best(tf.constant(SENTENCES))
+    for path in (paths[1], paths[2]):
+        loaded = tf.saved_model.load(path)
+        got = loaded.signatures["score"](sentences=tf.constant(SENTENCES), targets=tf.constant(targets))
+        assert set(got) == set(expected)
+        for name in expected:
+            if expected[name].dtype in (tf.float32,):
+                np.testing.assert_allclose(got[name].numpy(), expected[name].numpy(), rtol=1e-5, atol=1e-5)
+            else:
+                np.testing.assert_array_equal(got[name].numpy(), expected[name].numpy())
+        n_best = loaded.signatures["n_best"](sentences=tf.constant(SENTENCES))
+        np.testing.assert_array_equal(n_best["translations"].numpy(), expected_n_best["translations"].numpy())
+        np.testing.assert_allclose(n_best["scores"].numpy(), expected_n_best["scores"].numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(n_best["truncated"].numpy(), expected_n_best["truncated"].numpy())
+        with pytest.raises(tf.errors.InvalidArgumentError, match="same number of entries"):
+            loaded.signatures["score"](sentences=tf.constant(SENTENCES), targets=tf.constant(targets[:1]))
 
 
 def load_client():
@@ -279,5 +313,8 @@ def test_saved_model_cli_lists_string_to_string_serving_default(exported):
     translations = outputs[outputs.index("outputs['translations']"):].split("outputs[")[1]
     assert "dtype: DT_STRING" in translations and "shape: (-1)" in translations
     assert "Method name is: tensorflow/serving/predict" in block
-    for name in ("beam_search", "greedy", "token_ids"):
+    for name in ("beam_search", "greedy", "token_ids", "n_best", "score"):
         assert f"signature_def['{name}']" in out
+    score = out[out.index("signature_def['score']:"):]
+    score = score[: score.find("signature_def[", 1) if "signature_def[" in score[1:] else None]
+    assert "inputs['sentences'] tensor_info:" in score and "inputs['targets'] tensor_info:" in score

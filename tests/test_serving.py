@@ -247,7 +247,7 @@ def test_grpc_client_against_in_process_prediction_service(loaded, capsys):
             if request.model_spec.name != "translator":
                 context.abort(grpc.StatusCode.NOT_FOUND, f"no model {request.model_spec.name}")
             out = loaded.signatures[request.model_spec.signature_name](
-                sentences=tf.constant(tf.make_ndarray(request.inputs["sentences"])))
+                **{name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()})
             response = predict_pb2.PredictResponse()
             for name, value in out.items():
                 response.outputs[name].CopyFrom(tf.make_tensor_proto(value.numpy()))
@@ -271,6 +271,13 @@ def test_grpc_client_against_in_process_prediction_service(loaded, capsys):
         ids = client.predict_grpc(sentences, target=target, signature="token_ids")
         assert np.asarray(ids["output_ids"]).shape == (3, 2, MAX_LENGTH)
         assert client.translate(sentences, grpc_target=target) == got["translations"]
+        targets = ["Ein Hund rennt.", "Ein Hund.", ""]
+        scored = client.predict_grpc(sentences, target=target, signature="score", targets=targets)
+        expected_scores = loaded.signatures["score"](sentences=tf.constant(sentences), targets=tf.constant(targets))
+        np.testing.assert_allclose(scored["score"], expected_scores["score"].numpy(), rtol=1e-6)
+        assert set(requests[-1].inputs) == {"sentences", "targets"}
+        with pytest.raises(ValueError, match="one target per sentence"):
+            client.predict_grpc(sentences, target=target, signature="score", targets=targets[:1])
         assert client.main(["--grpc", target, sentences[0]]) == 0
         assert capsys.readouterr().out.strip() == got["translations"][0]
         with pytest.raises(RuntimeError, match="NOT_FOUND"):

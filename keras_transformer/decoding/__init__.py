@@ -1,4 +1,5 @@
-"""Decoding: greedy and beam search (Section 6.1), the string-to-string Translator, corpus translation.
+"""Decoding: greedy and beam search (Section 6.1), the string-to-string Translator, corpus translation,
+n-best lists and forced-decoding scores.
 
 ``search`` depends on TensorFlow only; ``Translator`` is imported lazily so that
 importing the searches never needs the model or tokenizer modules.
@@ -11,7 +12,10 @@ from keras_transformer.decoding.search import (
     tile_for_beam,
 )
 
-__all__ = ["beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator", "translate_lines"]
+__all__ = [
+    "beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator", "translate_lines",
+    "n_best_lines", "score_lines",
+]
 
 
 def __getattr__(name):
@@ -19,8 +23,12 @@ def __getattr__(name):
         from keras_transformer.decoding.translator import Translator
 
         return Translator
-    if name == "translate_lines":
-        from keras_transformer.decoding.corpus import translate_lines
+    if name in ("translate_lines", "n_best_lines"):
+        from keras_transformer.decoding import corpus
 
-        return translate_lines
+        return getattr(corpus, name)
+    if name == "score_lines":
+        from keras_transformer.decoding.scoring import score_lines
+
+        return score_lines
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

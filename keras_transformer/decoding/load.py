@@ -16,7 +16,13 @@ kind              recognized by                                           transl
 :func:`open_translator` returns a :class:`OpenedTranslator` whose
 ``translate`` maps a 1-D ``tf.string`` batch to a dict holding
 ``translations`` (and ``truncated``), the interface of
-:func:`keras_transformer.decoding.corpus.translate_lines`.
+:func:`keras_transformer.decoding.corpus.translate_lines`; ``n_best`` (every
+beam's text and score, :func:`keras_transformer.decoding.corpus.n_best_lines`)
+and ``score`` (forced decoding,
+:func:`keras_transformer.decoding.scoring.score_lines`) where the folder
+offers them: a model folder always, a SavedModel exported with the ``n_best``
+and ``score`` signatures, a CTranslate2 export never (``unavailable`` says
+why).
 """
 
 from __future__ import annotations
@@ -95,6 +101,16 @@ class OpenedTranslator:
             average of the last 5 checkpoints (...)"`` (for a model folder,
             from the record training leaves next to ``model.keras``, see
             :func:`keras_transformer.training.checkpoints.describe_model_weights`).
+        n_best: ``tf.string [B] -> {"translations": [B, beam] strings,
+            "scores": [B, beam] float32, "truncated": [B] bool}``
+            (:meth:`Translator.translate_n_best
+            <keras_transformer.decoding.Translator.translate_n_best>`), or
+            None (see ``unavailable``).
+        score: ``(tf.string [B], tf.string [B]) -> dict`` of
+            :meth:`Translator.score <keras_transformer.decoding.Translator.score>`,
+            or None (see ``unavailable``).
+        unavailable: ``"n_best"`` / ``"score"`` -> why that function is None,
+            a sentence naming the folder.
     """
 
     kind: str
@@ -103,6 +119,20 @@ class OpenedTranslator:
     settings: dict[str, Any]
     translator: Any
     weights: str = ""
+    n_best: Callable[[Any], dict[str, Any]] | None = None
+    score: Callable[[Any, Any], dict[str, Any]] | None = None
+    unavailable: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def require(self, what: str) -> Callable[..., dict[str, Any]]:
+        """The ``"n_best"`` or ``"score"`` function.
+
+        Raises:
+            ValueError: saying why this folder does not offer it.
+        """
+        fn = getattr(self, what)
+        if fn is None:
+            raise ValueError(self.unavailable.get(what, f"{what} is not available for this {self.kind}"))
+        return fn
 
 
 def _search_description(beam_size: int, alpha: float) -> str:
@@ -161,7 +191,8 @@ def open_translator(
 
         weights = describe_model_weights(pathlib.Path(path) / "model.keras")
         return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator,
-                                weights)
+                                weights, n_best=translator.translate_n_best,
+                                score=translator.score)
     if kind == "ctranslate2":
         import tensorflow as tf  # noqa: F401  (batches arrive as tf.string tensors)
 
@@ -175,9 +206,17 @@ def open_translator(
             return {"translations": out["translations"], "truncated": out["truncated"]}
 
         settings = translator.get_config()
+        unavailable = {
+            "n_best": f"{path} is a CTranslate2 export, which gives no n-best lists here: CTranslate2 ranks "
+            "hypotheses by log P / |Y|^alpha, not by our scores (Wu et al.'s length penalty), so its list would not "
+            "be sorted by the scores we report; use the trained model folder or a SavedModel",
+            "score": f"{path} is a CTranslate2 export, which cannot score with our length normalisation; use the "
+            "trained model folder or a SavedModel",
+        }
         return OpenedTranslator(kind, translate, "CTranslate2 " + _search_description(
             settings["beam_size"], settings["length_penalty"]), settings, translator,
-            f"{pathlib.Path(path) / 'model.bin'} (the weights exported to CTranslate2)")
+            f"{pathlib.Path(path) / 'model.bin'} (the weights exported to CTranslate2)",
+            unavailable=unavailable)
 
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
@@ -200,5 +239,23 @@ def open_translator(
     signature = loaded.signatures["greedy" if greedy else "serving_default"]
     beam = 1 if greedy else (exported_beam or 0)
     description = ("SavedModel " + _search_description(beam, exported_alpha or 0.0)) if beam else "SavedModel"
-    return OpenedTranslator(kind, lambda batch: signature(batch), description, dict(decoding), loaded,
-                            f"{pathlib.Path(path) / 'variables'} (the weights exported in the SavedModel)")
+    opened = OpenedTranslator(kind, lambda batch: signature(batch), description, dict(decoding), loaded,
+                              f"{pathlib.Path(path) / 'variables'} (the weights exported in the SavedModel)")
+    old = ("was exported before the {name} signature existed: re-export it (`keras-transformer export`) "
+           "from its trained model folder, or use that folder")
+    if "n_best" not in loaded.signatures:
+        opened.unavailable["n_best"] = f"the SavedModel {path} " + old.format(name="n_best")
+    elif greedy:
+        opened.unavailable["n_best"] = (
+            f"the SavedModel {path} gives n-best lists with the beam size it was exported with "
+            f"({exported_beam}), not greedy search: drop --beam-size 1"
+        )
+    else:
+        n_best = loaded.signatures["n_best"]
+        opened.n_best = lambda batch: n_best(sentences=batch)
+    if "score" not in loaded.signatures:
+        opened.unavailable["score"] = f"the SavedModel {path} " + old.format(name="score")
+    else:
+        score = loaded.signatures["score"]
+        opened.score = lambda sentences, targets: score(sentences=sentences, targets=targets)
+    return opened

@@ -78,6 +78,28 @@ Decisions:
   ``jit_compile=True``).
 * ``scores`` are the beam-search scores ``log P(Y|X) / lp(Y)`` (Wu et al. 2016
   length penalty; ``log P`` when ``length_penalty == 0``), float32.
+* **n-best lists.** :meth:`Translator.translate_n_best` returns every beam's
+  text and score, best first; the hypotheses are distinct token sequences
+  (two of them may still detokenize to the same text). A slot without a
+  hypothesis has score ``-inf`` and text ``""``; an empty input has one
+  hypothesis, ``""`` with score 0, and ``-inf`` in its other slots.
+* **Scoring (forced decoding).** :meth:`Translator.score` gives
+  ``log P(Y|X)`` of *given* targets by teacher forcing (one batched
+  ``model.decode``, Section 3.1), normalised exactly as beam search ranks
+  hypotheses: ``score = log P / lp(|Y|)``, ``|Y|`` = the target's pieces + EOS.
+  The target is its SentencePiece pieces + EOS (target_in = BOS + pieces,
+  target_out = pieces + EOS, the training contract): an empty or
+  whitespace-only target is just EOS. Every pair goes through the model as
+  tokenized, an empty source included (source = EOS alone), unlike
+  :meth:`translate`, which answers ``""`` with score 0 for an empty source
+  without consulting the model: a scorer used to filter parallel data must
+  not rank an empty source first. A source or target of more than
+  ``max_length - 1`` pieces is scored from its first ``max_length - 1``
+  pieces (+ EOS, where beam search would force it) and flagged in
+  ``truncated``. The score of a text is the score of its tokenization, so it
+  equals beam search's score of a hypothesis whose ids are the
+  tokenization of its own text (SentencePiece's segmentation, which a model
+  usually but not always produces).
 """
 
 from __future__ import annotations
@@ -89,11 +111,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding.search import beam_search, greedy_search
+from keras_transformer.decoding.search import beam_search, greedy_search, length_penalty_factor
 
 __all__ = ["Translator"]
 
 _STRINGS = [tf.TensorSpec([None], tf.string, name="sentences")]
+_PAIRS = [tf.TensorSpec([None], tf.string, name="sentences"), tf.TensorSpec([None], tf.string, name="targets")]
 
 
 def _fold_whitespace(strings: tf.Tensor) -> tf.Tensor:
@@ -507,6 +530,140 @@ class Translator(tf.Module):
             "output_ids": out["output_ids"],
             "scores": out["scores"],
             "truncated": out["truncated"],
+        }
+
+    @tf.function(input_signature=_STRINGS)
+    def translate_n_best(self, sentences):
+        """Beam search returning the text and score of every beam: n-best lists (Section 6.1).
+
+        Args:
+            sentences: ``[B]`` ``tf.string``.
+
+        Returns:
+            dict: ``translations`` [B, beam_size] tf.string, best first
+            (column 0 is :meth:`translate`'s translation); ``scores`` float32
+            [B, beam_size], ``log P / lp`` in decreasing order, ``-inf`` for a
+            slot without a hypothesis (its text is ``""``); an empty or
+            whitespace-only input has the single hypothesis ``""`` with score
+            0 (other slots ``-inf``), a copied input (unknown pieces, no
+            known word; module docstring) the single hypothesis of its
+            whitespace-folded text with score 0; ``truncated`` [B] bool
+            (source cut to ``max_length - 1`` pieces).
+
+        The hypotheses of a sentence are distinct token sequences; two of them
+        can still detokenize to the same text (two segmentations of one
+        string).
+        """
+        out = self._search_batch(sentences, greedy=False)
+        ids, scores = out["output_ids"], out["scores"]
+        shape = tf.shape(ids)
+        texts = _valid_utf8(self.tokenizer.detokenize(tf.reshape(ids, [-1, shape[2]])))
+        first_only = tf.concat([[0.0], tf.fill([self.beam_size - 1], -float("inf"))], axis=0)
+        skipped = out["empty"] | out["copied"]
+        scores = tf.where(skipped[:, None], first_only[None, :], scores)
+        texts = tf.reshape(texts, shape[:2])
+        first = self._texts(sentences, ids[:, 0, :], out["copied"])
+        texts = tf.concat([first[:, None], texts[:, 1:]], axis=1)
+        texts.set_shape([None, self.beam_size])
+        return {
+            "translations": texts,
+            "scores": scores,
+            "truncated": out["truncated"],
+        }
+
+    def target_ids(self, targets: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Tokenizes a batch of targets for teacher forcing (the training contract).
+
+        Args:
+            targets: ``[B]`` ``tf.string`` (invalid UTF-8 becomes U+FFFD, as
+                for sources).
+
+        Returns:
+            dict with ``target_in_ids`` int32 [B, T] (BOS + pieces, 0-padded),
+            ``target_out_ids`` int32 [B, T] (pieces + EOS, 0-padded),
+            ``num_tokens`` int32 [B] (pieces + EOS, ``|Y|`` of the length
+            penalty) and ``truncated`` bool [B] (more than ``max_length - 1``
+            pieces: the first ``max_length - 1`` are kept, then EOS). ``T <=
+            max_length``.
+        """
+        pieces = tf.cast(self.tokenizer.tokenize(_valid_utf8(targets)), tf.int32)
+        num_pieces = tf.cast(pieces.row_lengths(), tf.int32)
+        keep = self.max_length - 1
+        pieces = pieces[:, :keep]
+        batch_size = tf.shape(num_pieces)[0]
+
+        def column(token_id):
+            return tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.constant(token_id, tf.int32)))
+
+        return {
+            "target_in_ids": tf.concat([column(self.bos_id), pieces], axis=1).to_tensor(default_value=0),
+            "target_out_ids": tf.concat([pieces, column(self.eos_id)], axis=1).to_tensor(default_value=0),
+            "num_tokens": tf.minimum(num_pieces, keep) + 1,
+            "truncated": num_pieces > keep,
+        }
+
+    def _teacher_forced_log_probs(self, source_ids, target_in_ids, target_out_ids):
+        """``log P(y_t | y_<t, X)`` of every target token, float32 [B, T] (0 on padding).
+
+        One encoder pass and one teacher-forced decoder pass (``model.decode``,
+        all positions at once, Section 3.1); the log-softmax is taken in
+        float32 as the beam search does.
+        """
+        encoder_outputs = self.model.encode(source_ids, training=False)
+        logits = tf.cast(self.model.decode(target_in_ids, encoder_outputs, source_ids, training=False), tf.float32)
+        chosen = tf.gather(logits, target_out_ids, axis=2, batch_dims=2)
+        log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)
+        return tf.where(tf.not_equal(target_out_ids, 0), log_probs, tf.zeros_like(log_probs))
+
+    @tf.function(input_signature=_PAIRS)
+    def score(self, sentences, targets):
+        """Log-probabilities of given translations: forced decoding (teacher forcing, Section 3.1).
+
+        For filtering parallel data and reranking: the score is on the scale
+        of beam search's (``log P / lp``, Wu et al. 2016, Eq. 14, with this
+        translator's ``length_penalty``), so a beam hypothesis scores what
+        :meth:`translate_ids` reported for it (up to float rounding).
+
+        Args:
+            sentences: ``[B]`` ``tf.string`` sources.
+            targets: ``[B]`` ``tf.string``, ``targets[i]`` a translation of
+                ``sentences[i]``.
+
+        Returns:
+            dict: ``log_prob`` [B] float32 (natural log, the sum of
+            ``token_log_probs``: every target piece and EOS); ``score`` [B]
+            float32 (``log_prob / ((5 + num_tokens) / 6) ** length_penalty``);
+            ``num_tokens`` [B] int32 (target pieces + EOS); ``token_log_probs``
+            [B, T] float32 (per target token, 0 after EOS); ``target_ids``
+            [B, T] int32 (pieces + EOS, 0-padded); ``target_pieces`` [B, T]
+            tf.string (the pieces, EOS's included, ``""`` on padding);
+            ``truncated`` [B] bool (source or target longer than
+            ``max_length - 1`` pieces, scored from its first ``max_length -
+            1``). Empty sources and targets: see the module docstring.
+
+        Raises:
+            tf.errors.InvalidArgumentError: when ``sentences`` and ``targets``
+                have different lengths.
+        """
+        tf.debugging.assert_equal(
+            tf.size(sentences), tf.size(targets),
+            message="score: sentences and targets must have the same number of entries",
+        )
+        source = self.source_ids(sentences)
+        target = self.target_ids(targets)
+        target_out = target["target_out_ids"]
+        token_log_probs = self._teacher_forced_log_probs(source["source_ids"], target["target_in_ids"], target_out)
+        log_prob = tf.reduce_sum(token_log_probs, axis=1)
+        num_tokens = target["num_tokens"]
+        pieces = self.tokenizer.id_to_piece(target_out)
+        return {
+            "log_prob": log_prob,
+            "score": log_prob / length_penalty_factor(num_tokens, self.length_penalty),
+            "num_tokens": num_tokens,
+            "token_log_probs": token_log_probs,
+            "target_ids": target_out,
+            "target_pieces": tf.where(tf.not_equal(target_out, 0), pieces, tf.zeros_like(pieces)),
+            "truncated": tf.logical_or(source["truncated"], target["truncated"]),
         }
 
     # -- Python convenience ------------------------------------------------------------

@@ -10,7 +10,8 @@ numeric folder per servable version)::
         assets.extra/export_config.json     decoding + model config, XLA flag, signatures
         assets.extra/tf_serving_warmup_requests   optional (``warmup_sentences``)
 
-Signatures (all take ``sentences``: ``[None]`` ``tf.string``):
+Signatures (all take ``sentences``: ``[None]`` ``tf.string``; ``score`` also
+``targets``: ``[None]`` ``tf.string``, one per sentence):
 
 ==================  =============================================================
 ``serving_default``  beam search: ``translations`` [B] string, ``scores`` [B]
@@ -21,7 +22,17 @@ Signatures (all take ``sentences``: ``[None]`` ``tf.string``):
 ``token_ids``        n-best ids: ``source_ids`` [B, S] int32, ``output_ids``
                      [B, beam, L] int32, ``scores`` [B, beam] float32,
                      ``truncated`` [B] bool
+``n_best``           n-best texts: ``translations`` [B, beam] string,
+                     ``scores`` [B, beam] float32 (best first, ``-inf`` for a
+                     slot without a hypothesis), ``truncated`` [B] bool
+``score``            forced decoding of ``targets``: ``log_prob`` [B],
+                     ``score`` [B] (``log_prob / lp``), ``num_tokens`` [B]
+                     int32, ``token_log_probs`` [B, T], ``target_ids`` [B, T]
+                     int32, ``target_pieces`` [B, T] string, ``truncated`` [B]
 ==================  =============================================================
+
+(:meth:`keras_transformer.decoding.Translator.translate_n_best` and
+:meth:`~keras_transformer.decoding.Translator.score` document the outputs.)
 
 The graph holds only TensorFlow core and tensorflow-text ops (tokenization is
 in-graph; no ``PyFunc``), so a server or a Python process needs nothing but
@@ -67,6 +78,8 @@ SIGNATURES = {
     "beam_search": "translate",
     "greedy": "translate_greedy",
     "token_ids": "translate_ids",
+    "n_best": "translate_n_best",
+    "score": "score",
 }
 #: File written in ``assets.extra/``.
 CONFIG_FILENAME = "export_config.json"
@@ -100,6 +113,8 @@ class _ExportModule(tf.Module):
         self.translate = translator.translate
         self.translate_greedy = translator.translate_greedy
         self.translate_ids = translator.translate_ids
+        self.translate_n_best = translator.translate_n_best
+        self.score = translator.score
         self.sentencepiece_model = tf.saved_model.Asset(vocab_path)
 
 
@@ -183,12 +198,20 @@ def find_python_ops(saved_model_dir: str | os.PathLike) -> list[str]:
     return found
 
 
+def _input_specs(concrete_function: Any) -> list[Any]:
+    """The ``tf.TensorSpec`` inputs of a signature's concrete function, in order."""
+    args, kwargs = concrete_function.structured_input_signature
+    return list(args) + [kwargs[key] for key in sorted(kwargs)]
+
+
 def _signature_summary(concrete_functions: dict[str, Any]) -> dict[str, Any]:
     summary = {}
     for name, fn in concrete_functions.items():
         outputs = fn.structured_outputs
         summary[name] = {
-            "inputs": {"sentences": {"dtype": "string", "shape": [None]}},
+            "inputs": {
+                spec.name: {"dtype": spec.dtype.name, "shape": spec.shape.as_list()} for spec in _input_specs(fn)
+            },
             "outputs": {
                 key: {"dtype": t.dtype.name, "shape": t.shape.as_list() if t.shape.rank is not None else None}
                 for key, t in sorted(outputs.items())
@@ -279,7 +302,8 @@ def export_saved_model(
                           "batch_size": len(warmup_sentences)}
             _write_config(tmp_path, translator, version, concrete, warmup)
             if warmup_sentences is not None:
-                _write_warmup(tmp_path, list(warmup_sentences), tuple(warmup_signatures), model_name)
+                inputs = {name: [spec.name for spec in _input_specs(concrete[name])] for name in warmup_signatures}
+                _write_warmup(tmp_path, list(warmup_sentences), inputs, model_name)
         except BaseException:
             shutil.rmtree(tmp_path, ignore_errors=True)
             raise
@@ -345,18 +369,24 @@ def _warmup_modules():
     return model_pb2, predict_pb2, prediction_log_pb2
 
 
-def _write_warmup(path: str, sentences: list[str], signatures: tuple[str, ...], model_name: str) -> None:
-    """Writes ``assets.extra/tf_serving_warmup_requests`` (TFRecord of PredictionLog)."""
+def _write_warmup(path: str, sentences: list[str], signatures: dict[str, list[str]], model_name: str) -> None:
+    """Writes ``assets.extra/tf_serving_warmup_requests`` (TFRecord of PredictionLog).
+
+    ``signatures`` maps each warmup signature to its input names; every input
+    gets ``sentences`` (``score`` scores each warmup sentence as its own
+    target: the numbers do not matter, the graph is initialized).
+    """
     model_pb2, predict_pb2, prediction_log_pb2 = _warmup_modules()
     extra = os.path.join(path, "assets.extra")
     os.makedirs(extra, exist_ok=True)
     with tf.io.TFRecordWriter(os.path.join(extra, WARMUP_FILENAME)) as writer:
-        for signature in signatures:
+        for signature, input_names in signatures.items():
             request = predict_pb2.PredictRequest(
                 model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature)
             )
-            request.inputs["sentences"].CopyFrom(
-                tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string)
-            )
+            for input_name in input_names:
+                request.inputs[input_name].CopyFrom(
+                    tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string)
+                )
             log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())

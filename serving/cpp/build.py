@@ -46,7 +46,10 @@ TENSORFLOW_CC_LIBRARY = "libtensorflow_cc.so.2"
 #: tensorflow-text's library (under ``tensorflow_text/python/ops/``) of the SentencePiece ops.
 SENTENCEPIECE_LIBRARY = "_sentencepiece_tokenizer.so"
 #: The tensorflow-text ops our exports use (``keras_transformer.export.saved_model_op_names``).
-SENTENCEPIECE_OPS = ("SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp")
+SENTENCEPIECE_OPS = (
+    "SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
+    "SentencepieceIdToStringOp",  # the target pieces of the score signature
+)
 
 __all__ = ["BuildError", "build", "compile_command", "tensorflow_text_op_libraries", "DEFAULT_OUTPUT", "SOURCE"]
 
@@ -158,7 +161,8 @@ def tensorflow_text_op_libraries() -> list[str]:
     Finds ``tensorflow_text`` without importing it and checks that its
     ``python/ops/_sentencepiece_tokenizer.so`` registers every op of
     :data:`SENTENCEPIECE_OPS` (``SentencepieceOp``, ``SentencepieceTokenizeOp``,
-    ``SentencepieceDetokenizeOp``: the tensorflow-text ops in a translator export).
+    ``SentencepieceDetokenizeOp``, ``SentencepieceIdToStringOp``: the
+    tensorflow-text ops in a translator export).
 
     Returns:
         ``list[str]`` of absolute ``.so`` paths, to pass to ``translate --op-library``.
