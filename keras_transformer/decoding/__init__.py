@@ -1,4 +1,4 @@
-"""Decoding: greedy and beam search (Section 6.1), the string-to-string Translator, corpus translation.
+"""Decoding: greedy and beam search (Section 6.1), sampling (back-translation), the string-to-string Translator, corpus translation.
 
 ``search`` depends on TensorFlow only; ``Translator`` is imported lazily so that
 importing the searches never needs the model or tokenizer modules.
@@ -8,10 +8,19 @@ from keras_transformer.decoding.search import (
     beam_search,
     greedy_search,
     length_penalty_factor,
+    sample_search,
     tile_for_beam,
 )
 
-__all__ = ["beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator", "translate_lines"]
+__all__ = [
+    "beam_search",
+    "greedy_search",
+    "sample_search",
+    "length_penalty_factor",
+    "tile_for_beam",
+    "Translator",
+    "translate_lines",
+]
 
 
 def __getattr__(name):
