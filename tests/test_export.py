@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -75,6 +76,7 @@ def test_layout_assets_and_config(exported, tokenizer):
         assert config["model_config"]["vocab_size"] == tokenizer.vocab_size
         assert config["tokenizer"]["sha256"] == tokenizer.vocab_sha256
         assert set(config["signatures"]) == {"serving_default", "beam_search", "greedy", "token_ids"}
+        assert config["sampling"] is None  # no sampling settings: no sample signature
         assert set(config["signatures"]["serving_default"]["outputs"]) == {"translations", "scores", "truncated"}
 
 
@@ -281,3 +283,42 @@ def test_saved_model_cli_lists_string_to_string_serving_default(exported):
     assert "Method name is: tensorflow/serving/predict" in block
     for name in ("beam_search", "greedy", "token_ids"):
         assert f"signature_def['{name}']" in out
+
+
+def test_sample_signature_reproduces_the_python_translator(model_and_tokenizer, tmp_path):
+    """A translator with sampling settings exports a `sample` signature: same ids as Python for the same seed."""
+    model, tokenizer = model_and_tokenizer
+    translator = Translator(model, tokenizer, sampling_topk=5, sampling_temperature=0.8, **shared.EXPORT_KWARGS)
+    warmup = ["A dog runs."] if importlib.util.find_spec("tensorflow_serving") else None
+    path = export_saved_model(translator, tmp_path / "sampling", version=1, warmup_sentences=warmup,
+                              warmup_signatures=("serving_default", "sample"))
+    with open(os.path.join(path, "assets.extra", "export_config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert config["sampling"] == {"signature": "sample", "top_k": 5, "top_p": 1.0, "temperature": 0.8}
+    assert config["signatures"]["sample"]["inputs"] == {
+        "sentences": {"dtype": "string", "shape": [None]}, "seed": {"dtype": "int64", "shape": []},
+    }
+    assert set(config["signatures"]["sample"]["outputs"]) == {"translations", "output_ids", "truncated"}
+    assert find_python_ops(path) == []
+    loaded = tf.saved_model.load(path)
+    assert sorted(loaded.signatures) == ["beam_search", "greedy", "sample", "serving_default", "token_ids"]
+    for seed in (0, 7):
+        got = loaded.signatures["sample"](sentences=tf.constant(SENTENCES), seed=tf.constant(seed, tf.int64))
+        want = translator.translate_sampled(tf.constant(SENTENCES), tf.constant(seed, tf.int64))
+        assert got["output_ids"].numpy().tolist() == want["output_ids"].numpy().tolist()
+        assert got["translations"].numpy().tolist() == want["translations"].numpy().tolist()
+        assert got["translations"].numpy()[1] == b""  # empty input
+    assert not np.array_equal(got["output_ids"].numpy(), loaded.signatures["sample"](
+        sentences=tf.constant(SENTENCES), seed=tf.constant(1, tf.int64))["output_ids"].numpy())
+    if warmup:
+        from tensorflow_serving.apis import prediction_log_pb2
+
+        records = list(tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests")))
+        requests = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request for r in records]
+        assert [r.model_spec.signature_name for r in requests] == ["serving_default", "sample"]
+        assert set(requests[1].inputs) == {"sentences", "seed"}
+    # Without sampling settings no sample signature (the shared exports have none), so no warmup of it.
+    plain = Translator(model, tokenizer, **shared.EXPORT_KWARGS)
+    with pytest.raises(ValueError, match="warmup_signatures"):
+        export_saved_model(plain, tmp_path / "plain", warmup_sentences=["A dog."], warmup_signatures=("sample",))
+    assert not os.path.exists(tmp_path / "plain")

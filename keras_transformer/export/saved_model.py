@@ -10,7 +10,8 @@ numeric folder per servable version)::
         assets.extra/export_config.json     decoding + model config, XLA flag, signatures
         assets.extra/tf_serving_warmup_requests   optional (``warmup_sentences``)
 
-Signatures (all take ``sentences``: ``[None]`` ``tf.string``):
+Signatures (all take ``sentences``: ``[None]`` ``tf.string``; ``sample`` also
+``seed``: an int64 scalar):
 
 ==================  =============================================================
 ``serving_default``  beam search: ``translations`` [B] string, ``scores`` [B]
@@ -21,6 +22,12 @@ Signatures (all take ``sentences``: ``[None]`` ``tf.string``):
 ``token_ids``        n-best ids: ``source_ids`` [B, S] int32, ``output_ids``
                      [B, beam, L] int32, ``scores`` [B, beam] float32,
                      ``truncated`` [B] bool
+``sample``           optional (``sampling``): sampled translations for
+                     back-translation, ``Translator.translate_sampled``:
+                     ``translations`` [B] string, ``output_ids`` [B, L]
+                     int32, ``truncated`` [B] bool; top-k, top-p and
+                     temperature fixed at export (``export_config.json``,
+                     ``"sampling"``), the same seed gives the same output
 ==================  =============================================================
 
 The graph holds only TensorFlow core and tensorflow-text ops (tokenization is
@@ -56,6 +63,7 @@ __all__ = [
     "find_python_ops",
     "saved_model_op_names",
     "SIGNATURES",
+    "SAMPLE_SIGNATURE",
     "CONFIG_FILENAME",
     "VOCAB_ASSET_NAME",
     "WARMUP_FILENAME",
@@ -68,6 +76,8 @@ SIGNATURES = {
     "greedy": "translate_greedy",
     "token_ids": "translate_ids",
 }
+#: The optional sampling signature (``export_saved_model(sampling=...)``) -> Translator method.
+SAMPLE_SIGNATURE = ("sample", "translate_sampled")
 #: File written in ``assets.extra/``.
 CONFIG_FILENAME = "export_config.json"
 #: TF Serving's warmup file in ``assets.extra/``.
@@ -91,7 +101,7 @@ class _ExportModule(tf.Module):
     loads every export with the C++ loader.
     """
 
-    def __init__(self, translator: Any, vocab_path: str):
+    def __init__(self, translator: Any, vocab_path: str, sampling: bool = False):
         import keras
 
         super().__init__(name="keras_transformer_translator")
@@ -100,6 +110,8 @@ class _ExportModule(tf.Module):
         self.translate = translator.translate
         self.translate_greedy = translator.translate_greedy
         self.translate_ids = translator.translate_ids
+        if sampling:
+            self.translate_sampled = translator.translate_sampled
         self.sentencepiece_model = tf.saved_model.Asset(vocab_path)
 
 
@@ -187,8 +199,9 @@ def _signature_summary(concrete_functions: dict[str, Any]) -> dict[str, Any]:
     summary = {}
     for name, fn in concrete_functions.items():
         outputs = fn.structured_outputs
+        inputs = [spec for spec in tf.nest.flatten(fn.structured_input_signature) if isinstance(spec, tf.TensorSpec)]
         summary[name] = {
-            "inputs": {"sentences": {"dtype": "string", "shape": [None]}},
+            "inputs": {spec.name: {"dtype": spec.dtype.name, "shape": spec.shape.as_list()} for spec in inputs},
             "outputs": {
                 key: {"dtype": t.dtype.name, "shape": t.shape.as_list() if t.shape.rank is not None else None}
                 for key, t in sorted(outputs.items())
@@ -205,6 +218,7 @@ def export_saved_model(
     warmup_sentences: list[str] | None = None,
     warmup_signatures: tuple[str, ...] = ("serving_default",),
     model_name: str = "translator",
+    sampling: bool | None = None,
 ) -> str:
     """Writes ``translator`` as a TF Serving SavedModel ``<export_dir>/<version>/``.
 
@@ -226,6 +240,13 @@ def export_saved_model(
         warmup_signatures: signature names replayed at warmup.
         model_name: the served model name written in the warmup requests
             (``name`` in serving/models.config).
+        sampling: add the ``sample`` signature (``translate_sampled``, with
+            the translator's ``sampling_topk``, ``sampling_topp`` and
+            ``sampling_temperature``, recorded as ``"sampling"`` in
+            ``export_config.json``). None (default): add it when the
+            translator was built with other sampling settings than the
+            defaults (0, 1.0, 1.0); pass True for plain sampling from the
+            model's distribution.
 
     XLA: whether the search is XLA-compiled is the translator's choice
     (``Translator(jit_compile=...)``); it is recorded as ``xla_compiled`` and
@@ -246,13 +267,17 @@ def export_saved_model(
     final_path = os.path.join(export_dir, str(version))
     if os.path.exists(final_path) and not overwrite:
         raise ValueError(f"export version folder already exists: {final_path} (pass overwrite=True to replace it)")
+    if sampling is None:
+        sampling = (translator.sampling_topk, translator.sampling_topp, translator.sampling_temperature) != (0, 1.0, 1.0)
+    sampling = bool(sampling)
     if warmup_sentences is not None:
         if (isinstance(warmup_sentences, str) or not warmup_sentences
                 or not all(isinstance(x, str) for x in warmup_sentences)):
             raise ValueError("warmup_sentences must be a non-empty list of str")
-        unknown = [name for name in warmup_signatures if name not in SIGNATURES]
+        allowed = sorted(SIGNATURES) + ([SAMPLE_SIGNATURE[0]] if sampling else [])
+        unknown = [name for name in warmup_signatures if name not in allowed]
         if unknown or not warmup_signatures:
-            raise ValueError(f"warmup_signatures must be among {sorted(SIGNATURES)}, got {list(warmup_signatures)}")
+            raise ValueError(f"warmup_signatures must be among {allowed}, got {list(warmup_signatures)}")
         _warmup_modules()  # fail before writing anything if the package is missing
     os.makedirs(export_dir, exist_ok=True)
 
@@ -261,10 +286,9 @@ def export_saved_model(
         vocab_path = os.path.join(vocab_dir, VOCAB_ASSET_NAME)
         with open(vocab_path, "wb") as f:
             f.write(translator.tokenizer.model_bytes)
-        root = _ExportModule(translator, vocab_path)
-        concrete = {
-            name: getattr(translator, method).get_concrete_function() for name, method in SIGNATURES.items()
-        }
+        root = _ExportModule(translator, vocab_path, sampling)
+        methods = dict(SIGNATURES, **dict([SAMPLE_SIGNATURE])) if sampling else SIGNATURES
+        concrete = {name: getattr(translator, method).get_concrete_function() for name, method in methods.items()}
         try:
             tf.saved_model.save(root, tmp_path, signatures=concrete)
             python_ops = find_python_ops(tmp_path)
@@ -277,7 +301,7 @@ def export_saved_model(
             if warmup_sentences is not None:
                 warmup = {"file": f"assets.extra/{WARMUP_FILENAME}", "signatures": list(warmup_signatures),
                           "batch_size": len(warmup_sentences)}
-            _write_config(tmp_path, translator, version, concrete, warmup)
+            _write_config(tmp_path, translator, version, concrete, warmup, sampling)
             if warmup_sentences is not None:
                 _write_warmup(tmp_path, list(warmup_sentences), tuple(warmup_signatures), model_name)
         except BaseException:
@@ -297,7 +321,7 @@ def export_saved_model(
 
 
 def _write_config(path: str, translator: Any, version: int, concrete: dict[str, Any],
-                  warmup: dict[str, Any] | None = None) -> None:
+                  warmup: dict[str, Any] | None = None, sampling: bool = False) -> None:
     import tensorflow_text
 
     model = translator.model
@@ -314,6 +338,13 @@ def _write_config(path: str, translator: Any, version: int, concrete: dict[str, 
         "serving_flags": ["--xla_cpu_compilation_enabled=true"] if xla else [],
         "warmup": warmup,
         "decoding": _json_safe(translator.get_config()),
+        # The `sample` signature's settings (null: no such signature).
+        "sampling": {
+            "signature": SAMPLE_SIGNATURE[0],
+            "top_k": translator.sampling_topk,
+            "top_p": translator.sampling_topp,
+            "temperature": translator.sampling_temperature,
+        } if sampling else None,
         "model_class": f"{type(model).__module__}.{type(model).__name__}",
         "model_config": _json_safe(model_config),
         "tokenizer": {
@@ -357,5 +388,7 @@ def _write_warmup(path: str, sentences: list[str], signatures: tuple[str, ...], 
             request.inputs["sentences"].CopyFrom(
                 tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string)
             )
+            if signature == SAMPLE_SIGNATURE[0]:
+                request.inputs["seed"].CopyFrom(tf.make_tensor_proto(0, dtype=tf.int64))
             log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())
