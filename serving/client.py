@@ -10,7 +10,8 @@ in TF Serving's *columnar* format
 
 and returns the ``outputs`` dict (``translations``, ``scores``, ``truncated`` for
 ``serving_default`` / ``beam_search``; see keras_transformer/export/saved_model.py for the
-``greedy`` and ``token_ids`` signatures).
+``greedy`` and ``token_ids`` signatures, and the optional ``sample`` signature,
+which also takes an int64 ``seed``: ``seed=...`` / ``--seed``).
 
 gRPC (:func:`predict_grpc`): ``PredictionService/Predict`` through the stub of
 ``tensorflow-serving-api`` (``pip install 'keras_transformer[serving]'``; it
@@ -24,6 +25,7 @@ Command line::
     echo "A man is riding a bike." | python serving/client.py --signature greedy
     python serving/client.py --url http://host:8501 --model translator --version 2 "..."
     python serving/client.py --grpc localhost:8500 "A man is riding a bike."
+    python serving/client.py --signature sample --seed 7 "A man is riding a bike."
 
 Tokenization happens in the server (the SentencePiece model is in the graph),
 so the client sends raw UTF-8 sentences.
@@ -84,6 +86,7 @@ def predict(
     signature: str = "serving_default",
     version: int | None = None,
     timeout: float = 60.0,
+    seed: int | None = None,
 ) -> dict[str, list]:
     """Calls one signature of the served translator.
 
@@ -91,9 +94,11 @@ def predict(
         sentences: the source sentences (``str``).
         url: TF Serving REST address.
         model: model name (``name`` in serving/models.config).
-        signature: ``serving_default``, ``beam_search``, ``greedy`` or ``token_ids``.
+        signature: ``serving_default``, ``beam_search``, ``greedy``, ``token_ids``
+            or ``sample`` (exports made with ``--sampling``).
         version: a specific version, else the served (latest) one.
         timeout: seconds.
+        seed: the ``sample`` signature's ``seed`` input (int), sent when given.
 
     Returns:
         The signature's outputs, one list per output name (batch first).
@@ -105,6 +110,8 @@ def predict(
     if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
         raise ValueError("sentences must be a list of str")
     payload = {"signature_name": signature, "inputs": {"sentences": list(sentences)}}
+    if seed is not None:
+        payload["inputs"]["seed"] = int(seed)
     result = _request(_model_url(url, model, version) + ":predict", payload, timeout)
     outputs = result["outputs"]
     if not isinstance(outputs, dict):  # a single-output signature comes back bare
@@ -120,6 +127,7 @@ def predict_grpc(
     version: int | None = None,
     timeout: float = 60.0,
     channel: Any = None,
+    seed: int | None = None,
 ) -> dict[str, list]:
     """Calls one signature of the served translator over gRPC (``PredictionService``).
 
@@ -127,10 +135,12 @@ def predict_grpc(
         sentences: the source sentences (``str``).
         target: ``host:port`` of TF Serving's gRPC API (insecure channel).
         model: model name (``name`` in serving/models.config).
-        signature: ``serving_default``, ``beam_search``, ``greedy`` or ``token_ids``.
+        signature: ``serving_default``, ``beam_search``, ``greedy``, ``token_ids``
+            or ``sample`` (exports made with ``--sampling``).
         version: a specific version, else the served (latest) one.
         timeout: seconds.
         channel: an existing ``grpc.Channel`` to use instead of ``target``.
+        seed: the ``sample`` signature's ``seed`` input (int64 scalar), sent when given.
 
     Returns:
         The signature's outputs as nested lists (batch first): strings decoded
@@ -160,6 +170,8 @@ def predict_grpc(
     request.inputs["sentences"].CopyFrom(
         tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string, shape=[len(sentences)])
     )
+    if seed is not None:
+        request.inputs["seed"].CopyFrom(tf.make_tensor_proto(int(seed), dtype=tf.int64))
     own_channel = channel is None
     channel = grpc.insecure_channel(target) if own_channel else channel
     try:
@@ -211,13 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc", metavar="HOST:PORT", default=None,
                         help="use gRPC at this address instead of REST (needs tensorflow-serving-api)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--signature", default="serving_default")
+    parser.add_argument("--signature", default="serving_default",
+                        help="serving_default (default), beam_search, greedy, token_ids or sample")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the sample signature's seed (default: not sent; sample needs it)")
     parser.add_argument("--version", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--json", action="store_true", help="print every output as JSON")
     args = parser.parse_args(argv)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    common = dict(model=args.model, signature=args.signature, version=args.version, timeout=args.timeout)
+    common = dict(model=args.model, signature=args.signature, version=args.version, timeout=args.timeout,
+                  seed=args.seed)
     if args.grpc:
         outputs = predict_grpc(sentences, target=args.grpc, **common)
     else:

@@ -322,3 +322,39 @@ def test_sample_signature_reproduces_the_python_translator(model_and_tokenizer, 
     with pytest.raises(ValueError, match="warmup_signatures"):
         export_saved_model(plain, tmp_path / "plain", warmup_sentences=["A dog."], warmup_signatures=("sample",))
     assert not os.path.exists(tmp_path / "plain")
+
+
+def test_rest_client_sends_the_seed_of_the_sample_signature(exported):
+    """serving/client.py --signature sample --seed S: the REST body carries the seed as the signature's input."""
+    import http.server
+    import threading
+
+    _, _, plain = exported
+    seen = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen["body"] = body
+            inputs = body["inputs"]  # the sample signature's inputs, by name
+            out = plain.translate_sampled(tf.constant(inputs["sentences"]), tf.constant(inputs["seed"], tf.int64))
+            data = json.dumps({"outputs": {"translations": [t.decode("utf-8") for t in out["translations"].numpy()]}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data.encode())))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        got = load_client().translate(SENTENCES, url=f"http://127.0.0.1:{server.server_port}", signature="sample",
+                                      seed=7)
+    finally:
+        server.shutdown()
+    assert seen["body"] == {"signature_name": "sample", "inputs": {"sentences": SENTENCES, "seed": 7}}
+    want = plain.translate_sampled(tf.constant(SENTENCES), tf.constant(7, tf.int64))["translations"].numpy()
+    assert got == [t.decode("utf-8") for t in want]
