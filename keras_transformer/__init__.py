@@ -33,6 +33,7 @@ _EXPORTS = {
     "Translator": "keras_transformer.decoding",
     "beam_search": "keras_transformer.decoding",
     "greedy_search": "keras_transformer.decoding",
+    "sample_search": "keras_transformer.decoding",
     "score_corpus": "keras_transformer.evaluation",
     "export_saved_model": "keras_transformer.export",
     "PositionalEmbedding": "keras_transformer.layers",

@@ -18,7 +18,8 @@ Commands:
 ``translate``
     Translate a file (or stdin) with an exported SavedModel, in batches, with
     a progress bar; writes one translation per input line (or, with
-    ``--n-best N``, N ``index ||| hypothesis ||| score`` lines per input).
+    ``--n-best N``, N ``index ||| hypothesis ||| score`` lines per input). ``--seed`` and
+    ``--sampling-*`` sample instead (back-translation), in ``evaluate`` too.
 ``score``
     Forced decoding: the log-probability and length-normalised score of given
     translations (filtering parallel data, reranking).
@@ -306,7 +307,7 @@ def _average_into(model, model_dir: pathlib.Path, last: int) -> list[str] | None
 
 def _make_translator(
     model, tokenizer, config, beam_size: int, length_penalty: float | None = None, jit_compile: bool = False,
-    early_stopping: bool = True, xla_max_rows: int | None = 1,
+    early_stopping: bool = True, xla_max_rows: int | None = 1, **sampling,
 ):
     """(Translator, its translate function for ``beam_size``, a description); alpha defaults to the config's."""
     from keras_transformer.decoding.translator import Translator
@@ -322,6 +323,7 @@ def _make_translator(
         jit_compile=jit_compile,
         early_stopping=early_stopping,
         xla_max_rows=xla_max_rows,
+        **sampling,
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
     search = f"beam search (beam {beam_size}, alpha {alpha})" if beam_size > 1 else "greedy search"
@@ -388,11 +390,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from keras_transformer.decoding.load import open_translator
     from keras_transformer.evaluation import score_corpus
 
+    sampling = _sampling_options(args)
     pairs = read_parallel_files(args.source, args.reference)
     _decoding_threads(args.workers)
     opened = open_translator(
         args.model_dir, beam_size=args.beam_size, length_penalty=args.length_penalty,
-        early_stopping=args.early_stopping,
+        early_stopping=args.early_stopping, **sampling,
     )
     print(f"weights: {opened.weights}", flush=True)
     print(f"translating {args.source} ({len(pairs)} sentences) with {opened.description}", flush=True)
@@ -436,6 +439,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
         if args.xla:
             raise CliError("--xla applies to the SavedModel export, not to --format ctranslate2")
+        if args.sampling or any(getattr(args, f"sampling_{n}") is not None for n in ("topk", "topp", "temperature")):
+            raise CliError("--sampling and --sampling-* apply to the SavedModel export, not to --format ctranslate2")
         alpha = config.length_penalty if args.length_penalty is None else args.length_penalty
         decoding = {"max_length": config.max_length, "extra_decode_length": config.extra_decode_length,
                     "beam_size": args.beam_size, "length_penalty": alpha}
@@ -448,15 +453,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise CliError("--quantization applies to --format ctranslate2")
     from keras_transformer.export import export_saved_model
 
+    sampling = {"sampling_topk": args.sampling_topk, "sampling_topp": args.sampling_topp,
+                "sampling_temperature": args.sampling_temperature}
+    with_sample = args.sampling or any(v is not None for v in sampling.values())
     translator, _, _ = _make_translator(
         model, tokenizer, config, args.beam_size, args.length_penalty, args.xla,
         early_stopping=args.early_stopping, xla_max_rows=args.xla_max_rows or None,
+        **{k: v for k, v in sampling.items() if v is not None},
     )
-    path = export_saved_model(translator, args.export_dir, version=args.version, overwrite=args.overwrite)
+    path = export_saved_model(translator, args.export_dir, version=args.version, overwrite=args.overwrite,
+                              sampling=with_sample)
     xla = "no"
     if args.xla:
         xla = f"yes, for up to {args.xla_max_rows} decoding rows" if args.xla_max_rows else "yes, every search"
-    print(f"exported {path} (XLA-compiled search: {xla})", flush=True)
+    sample = ""
+    if with_sample:
+        sample = (f"; signature sample: top-k {translator.sampling_topk or 'off'}, top-p {translator.sampling_topp}, "
+                  f"temperature {translator.sampling_temperature}")
+    print(f"exported {path} (XLA-compiled search: {xla}{sample})", flush=True)
     return 0
 
 
@@ -520,6 +534,10 @@ def _translate(args: argparse.Namespace) -> int:
             "CTranslate2 export (model.bin, keras_transformer.json) or a trained model folder (model.keras, "
             "spm.model, config.json)"
         )
+    options = _sampling_options(args)
+    if args.signature == "sample":
+        raise CliError("--signature sample: sample with --seed (and --sampling-topk/--sampling-topp/"
+                       "--sampling-temperature) instead")
     if args.input == "-":
         name, data = "stdin", sys.stdin.buffer.read()
     else:
@@ -529,7 +547,7 @@ def _translate(args: argparse.Namespace) -> int:
         name, data = str(path), path.read_bytes()
     lines = _decode_lines(data, name)
     _decoding_threads(args.workers)
-    opened = open_translator(args.model, beam_size=args.beam_size, length_penalty=args.length_penalty)
+    opened = open_translator(args.model, beam_size=args.beam_size, length_penalty=args.length_penalty, **options)
     translate_fn = opened.translate
     if args.signature != "serving_default":
         if opened.kind != "saved_model":
@@ -645,6 +663,72 @@ def add_stopping_flag(p) -> None:
         "(tensor2tensor; slower, same BLEU on Multi30k) instead of once beam-size hypotheses are finished "
         "(default: stop once beam-size hypotheses are finished)",
     )
+
+
+def _sampling_options(args: argparse.Namespace) -> dict:
+    """``open_translator``'s sampling keywords from ``--seed`` / ``--sampling-*`` (empty: no sampling).
+
+    Raises:
+        CliError: when sampling flags come with ``--beam-size`` above 1,
+            ``--length-penalty`` or ``--n-best`` (all beam search's).
+    """
+    options = {"sampling_topk": args.sampling_topk, "sampling_topp": args.sampling_topp,
+               "sampling_temperature": args.sampling_temperature, "seed": args.seed}
+    options = {k: v for k, v in options.items() if v is not None}
+    if options and (args.beam_size not in (None, 1) or args.length_penalty is not None):
+        raise CliError("--seed and --sampling-topk/--sampling-topp/--sampling-temperature sample; they exclude "
+                       "--beam-size and --length-penalty (beam search)")
+    if options and getattr(args, "n_best", None):
+        raise CliError("--n-best lists beam search's hypotheses; it excludes --seed and --sampling-topk/"
+                       "--sampling-topp/--sampling-temperature")
+    return options
+
+
+def _number(text: str, flag: str, cast, ok, what: str):
+    """An argparse value of ``cast(text)`` for which ``ok`` holds, else an ArgumentTypeError naming ``what``."""
+    try:
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{flag} must be {what}, got {text}")
+    return value
+
+
+def _topk(text: str) -> int:
+    return _number(text, "--sampling-topk", int, lambda k: k >= 0, "an int >= 0")
+
+
+def _topp(text: str) -> float:
+    return _number(text, "--sampling-topp", float, lambda p: 0.0 < p <= 1.0, "in (0, 1]")
+
+
+def _temperature(text: str) -> float:
+    return _number(text, "--sampling-temperature", float, lambda t: 0.0 < t < math.inf, "a finite number > 0")
+
+
+def add_sampling_flags(p, seed: bool = True) -> None:
+    """``--sampling-topk``, ``--sampling-topp``, ``--sampling-temperature`` (and ``--seed``): sampled translation."""
+    p.add_argument(
+        "--sampling-topk", type=_topk, default=None, metavar="K",
+        help="sample (e.g. for back-translation) from the K most probable tokens of each step (0: from all; 1: "
+        "greedy); default: no sampling, or 0 when another sampling flag is given",
+    )
+    p.add_argument(
+        "--sampling-topp", type=_topp, default=None, metavar="P",
+        help="sample from the nucleus: the fewest most probable tokens (at most max(K, 64)) whose probability "
+        "reaches P, in (0, 1]; default: no sampling, or 1.0 (all) when another sampling flag is given",
+    )
+    p.add_argument(
+        "--sampling-temperature", type=_temperature, default=None, metavar="T",
+        help="sample from softmax(logits / T), T > 0; default: no sampling, or 1.0 when another sampling flag is given",
+    )
+    if seed:
+        p.add_argument(
+            "--seed", type=int, default=None, metavar="S",
+            help="sample with this seed (the same seed, input and --batch-size give the same translations); "
+            "default: no sampling, or 0 when a --sampling-* flag is given",
+        )
 
 
 def add_workers_flag(p) -> None:
@@ -785,6 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-best", type=_positive_int, default=None,
         help=N_BEST_HELP + "; the list goes to --output (default: stdout) and BLEU/chrF score the best hypothesis",
     )
+    add_sampling_flags(evaluate)
     add_workers_flag(evaluate)
     evaluate.set_defaults(func=_cmd_evaluate)
 
@@ -820,8 +905,12 @@ def build_parser() -> argparse.ArgumentParser:
         "one sentence, where XLA is 2x faster on a CPU)",
     )
     export.add_argument(
-        "--overwrite", action="store_true", help="replace an existing export (default: stop if it exists)"
+        "--sampling", action="store_true",
+        help="add the `sample` signature (sentences, seed -> sampled translations, for back-translation) with the "
+        "--sampling-* settings (default: not added, unless a --sampling-* flag is given)",
     )
+    add_sampling_flags(export, seed=False)
+    export.add_argument("--overwrite", action="store_true", help="replace an existing export (default: stop if it exists)")
     export.set_defaults(func=_cmd_export)
 
     tr = sub.add_parser("translate", help="translate a file or stdin with an export or a trained model")
@@ -844,6 +933,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     tr.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP)
+    add_sampling_flags(tr)
     add_workers_flag(tr)
     tr.set_defaults(func=_translate)
 

@@ -10,9 +10,10 @@ in TF Serving's *columnar* format
 
 and returns the ``outputs`` dict (``translations``, ``scores``, ``truncated`` for
 ``serving_default`` / ``beam_search``; see keras_transformer/export/saved_model.py for the
-``greedy``, ``token_ids``, ``n_best`` and ``score`` signatures). The ``score``
-signature also takes ``targets`` (``targets=[...]``, one per sentence; ``--target``
-on the command line).
+``greedy``, ``token_ids``, ``n_best`` and ``score`` signatures, and the optional
+``sample`` signature). The ``score`` signature also takes ``targets``
+(``targets=[...]``, one per sentence; ``--target`` on the command line), ``sample``
+an int64 ``seed`` (``seed=...`` / ``--seed``).
 
 gRPC (:func:`predict_grpc`): ``PredictionService/Predict`` through the stub of
 ``tensorflow-serving-api`` (``pip install 'keras_transformer[serving]'``; it
@@ -27,6 +28,7 @@ Command line::
     python serving/client.py --url http://host:8501 --model translator --version 2 "..."
     python serving/client.py --grpc localhost:8500 "A man is riding a bike."
     python serving/client.py --signature score --target "Ein Mann fährt Rad." --json "A man is riding a bike."
+    python serving/client.py --signature sample --seed 7 "A man is riding a bike."
 
 Tokenization happens in the server (the SentencePiece model is in the graph),
 so the client sends raw UTF-8 sentences.
@@ -101,6 +103,7 @@ def predict(
     version: int | None = None,
     timeout: float = 60.0,
     targets: list[str] | None = None,
+    seed: int | None = None,
 ) -> dict[str, list]:
     """Calls one signature of the served translator.
 
@@ -109,10 +112,12 @@ def predict(
         url: TF Serving REST address.
         model: model name (``name`` in serving/models.config).
         signature: ``serving_default``, ``beam_search``, ``greedy``,
-            ``token_ids``, ``n_best`` or ``score``.
+            ``token_ids``, ``n_best``, ``score`` or ``sample`` (exports
+            made with ``--sampling``).
         version: a specific version, else the served (latest) one.
         timeout: seconds.
         targets: for ``score``: one translation (``str``) per sentence.
+        seed: the ``sample`` signature's ``seed`` input (int), sent when given.
 
     Returns:
         The signature's outputs, one list per output name (batch first).
@@ -123,6 +128,8 @@ def predict(
         RuntimeError: with the server's message on an HTTP error.
     """
     payload = {"signature_name": signature, "inputs": _inputs(sentences, targets)}
+    if seed is not None:
+        payload["inputs"]["seed"] = int(seed)
     result = _request(_model_url(url, model, version) + ":predict", payload, timeout)
     outputs = result["outputs"]
     if not isinstance(outputs, dict):  # a single-output signature comes back bare
@@ -139,6 +146,7 @@ def predict_grpc(
     timeout: float = 60.0,
     channel: Any = None,
     targets: list[str] | None = None,
+    seed: int | None = None,
 ) -> dict[str, list]:
     """Calls one signature of the served translator over gRPC (``PredictionService``).
 
@@ -147,11 +155,13 @@ def predict_grpc(
         target: ``host:port`` of TF Serving's gRPC API (insecure channel).
         model: model name (``name`` in serving/models.config).
         signature: ``serving_default``, ``beam_search``, ``greedy``,
-            ``token_ids``, ``n_best`` or ``score``.
+            ``token_ids``, ``n_best``, ``score`` or ``sample`` (exports
+            made with ``--sampling``).
         version: a specific version, else the served (latest) one.
         timeout: seconds.
         channel: an existing ``grpc.Channel`` to use instead of ``target``.
         targets: for ``score``: one translation (``str``) per sentence.
+        seed: the ``sample`` signature's ``seed`` input (int64 scalar), sent when given.
 
     Returns:
         The signature's outputs as nested lists (batch first): strings decoded
@@ -182,6 +192,8 @@ def predict_grpc(
         request.inputs[name].CopyFrom(
             tf.make_tensor_proto([s.encode("utf-8") for s in values], dtype=tf.string, shape=[len(values)])
         )
+    if seed is not None:
+        request.inputs["seed"].CopyFrom(tf.make_tensor_proto(int(seed), dtype=tf.int64))
     own_channel = channel is None
     channel = grpc.insecure_channel(target) if own_channel else channel
     try:
@@ -234,16 +246,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="use gRPC at this address instead of REST (needs tensorflow-serving-api)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--signature", default="serving_default",
-                        help="serving_default, beam_search, greedy, token_ids, n_best or score (default %(default)s)")
+                        help="serving_default, beam_search, greedy, token_ids, n_best, score or sample "
+                        "(default %(default)s)")
     parser.add_argument("--target", action="append", default=None,
                         help="for --signature score: a translation of the sentence at the same position (repeat)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the sample signature's seed (default: not sent; sample needs it)")
     parser.add_argument("--version", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--json", action="store_true", help="print every output as JSON")
     args = parser.parse_args(argv)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin]
     common = dict(model=args.model, signature=args.signature, version=args.version, timeout=args.timeout,
-                  targets=args.target)
+                  targets=args.target, seed=args.seed)
     if args.grpc:
         outputs = predict_grpc(sentences, target=args.grpc, **common)
     else:

@@ -486,3 +486,97 @@ def test_help_documents_n_best_and_saved_model_settings(capsys):
         main(["score", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "score<TAB>log_prob<TAB>num_tokens" in text and "--per-token" in text
+
+
+# -- sampling (--seed, --sampling-*) on the same tiny model folder -----------------------------
+
+
+@pytest.fixture(scope="module")
+def model_folder(model_folders):
+    """The trained-model folder of :func:`model_folders`."""
+    return model_folders[0]
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--sampling-topk", "-1"), ("--sampling-topp", "0"), ("--sampling-topp", "1.5"),
+                    ("--sampling-temperature", "0"), ("--sampling-temperature", "inf"), ("--seed", "x")],
+)
+def test_sampling_flags_are_checked_before_any_work(tmp_path, capsys, flag, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(tmp_path), flag, value])
+    assert exit_info.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_sampling_excludes_beam_search_flags(model_folder, capsys):
+    assert main(["translate", "--model", str(model_folder), "--seed", "1", "--beam-size", "4"]) == 2
+    assert "exclude --beam-size and --length-penalty" in capsys.readouterr().err
+    assert main(["evaluate", "--model-dir", str(model_folder), "--source", "s", "--reference", "r",
+                 "--sampling-topk", "5", "--length-penalty", "1.0"]) == 2
+    assert "exclude --beam-size and --length-penalty" in capsys.readouterr().err
+
+
+def test_sampled_translation_from_a_model_folder_and_its_export(model_folder, multi30k_dir, tmp_path, capsys):
+    """--seed/--sampling-* sample reproducibly; the exported `sample` signature translates identically."""
+    import tensorflow as tf
+
+    from keras_transformer.decoding import Translator
+    from keras_transformer.decoding.load import batch_seed, load_model_dir
+
+    _write_slice(multi30k_dir, tmp_path, 6)
+    source = tmp_path / "test.en"
+    lines = source.read_text(encoding="utf-8").splitlines()
+
+    def translate(model, *flags):
+        out = tmp_path / "out.de"
+        status = main(["translate", "--model", str(model), "--input", str(source), "--output", str(out), *flags])
+        assert status == 0, capsys.readouterr().err
+        return out.read_text(encoding="utf-8").splitlines()
+
+    first = translate(model_folder, "--seed", "3", "--sampling-topk", "5")
+    assert "sampling (top-k 5, top-p 1.0, temperature 1.0, seed 3)" in capsys.readouterr().err
+    assert len(first) == len(lines)
+    # The Python API, independently of the CLI: one batch (6 lines < --batch-size), in length order,
+    # seeded with batch_seed(3, batch).
+    model, tokenizer, config = load_model_dir(model_folder)
+    translator = Translator(model, tokenizer, max_length=config.max_length,
+                            extra_decode_length=config.extra_decode_length, sampling_topk=5)
+    batch = tf.constant(sorted(lines, key=len))
+    out = translator.translate_sampled(batch, batch_seed(3, batch))["translations"].numpy()
+    by_source = {s: t.decode("utf-8") for s, t in zip(batch.numpy().astype(str), out)}
+    assert first == [by_source[s] for s in lines]
+
+    export = tmp_path / "export"
+    assert main(["export", "--model-dir", str(model_folder), "--export-dir", str(export), "--sampling-topk", "5"]) == 0
+    assert "signature sample: top-k 5, top-p 1.0, temperature 1.0" in capsys.readouterr().out
+    assert translate(export / "1", "--seed", "3") == first
+    assert "SavedModel sampling (top-k 5" in capsys.readouterr().err
+    assert main(["translate", "--model", str(export / "1"), "--input", str(source), "--seed", "3",
+                 "--sampling-topk", "7"]) == 2
+    assert "samples with top-k 5 (exported), not 7" in capsys.readouterr().err
+    # A SavedModel without the sample signature (a stand-in: exporting is slow) says how to get one.
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"translations": x}, input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, str(tmp_path / "plain"), signatures={"serving_default": module.f})
+    assert main(["translate", "--model", str(tmp_path / "plain"), "--input", str(source), "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "exported without the `sample` signature (signatures: serving_default)" in err
+    assert "keras-transformer export --sampling" in err
+
+    assert main(["evaluate", "--model-dir", str(model_folder), "--source", str(source), "--reference",
+                 str(tmp_path / "test.de"), "--seed", "3", "--sampling-topk", "5"]) == 0
+    stdout = capsys.readouterr().out
+    assert "with sampling (top-k 5, top-p 1.0, temperature 1.0, seed 3)" in stdout and "BLEU = " in stdout
+
+
+def test_sampling_from_an_export_without_the_sample_signature_fails_before_loading(tmp_path, capsys):
+    export = tmp_path / "1"
+    (export / "assets.extra").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")  # never loaded: export_config.json says there is no sample signature
+    record = {"sampling": None, "signatures": {"serving_default": {}, "greedy": {}}}
+    (export / "assets.extra" / "export_config.json").write_text(json.dumps(record), encoding="utf-8")
+    source = tmp_path / "in.en"
+    source.write_text("A dog.\n", encoding="utf-8")
+    assert main(["translate", "--model", str(export), "--input", str(source), "--sampling-topp", "0.9"]) == 2
+    err = capsys.readouterr().err
+    assert f"the SavedModel {export} was exported without the `sample` signature (signatures: greedy, " in err

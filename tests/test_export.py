@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -76,6 +77,7 @@ def test_layout_assets_and_config(exported, tokenizer):
         assert config["tokenizer"]["sha256"] == tokenizer.vocab_sha256
         assert set(config["signatures"]) == {"serving_default", "beam_search", "greedy", "token_ids", "n_best",
                                              "score"}
+        assert config["sampling"] is None  # no sampling settings: no sample signature
         assert set(config["signatures"]["serving_default"]["outputs"]) == {"translations", "scores", "truncated"}
         string_vector = {"dtype": "string", "shape": [None]}
         assert config["signatures"]["serving_default"]["inputs"] == {"sentences": string_vector}
@@ -318,3 +320,79 @@ def test_saved_model_cli_lists_string_to_string_serving_default(exported):
     score = out[out.index("signature_def['score']:"):]
     score = score[: score.find("signature_def[", 1) if "signature_def[" in score[1:] else None]
     assert "inputs['sentences'] tensor_info:" in score and "inputs['targets'] tensor_info:" in score
+
+
+def test_sample_signature_reproduces_the_python_translator(model_and_tokenizer, tmp_path):
+    """A translator with sampling settings exports a `sample` signature: same ids as Python for the same seed."""
+    model, tokenizer = model_and_tokenizer
+    translator = Translator(model, tokenizer, sampling_topk=5, sampling_temperature=0.8, **shared.EXPORT_KWARGS)
+    warmup = ["A dog runs."] if importlib.util.find_spec("tensorflow_serving") else None
+    path = export_saved_model(translator, tmp_path / "sampling", version=1, warmup_sentences=warmup,
+                              warmup_signatures=("serving_default", "sample"))
+    with open(os.path.join(path, "assets.extra", "export_config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    assert config["sampling"] == {"signature": "sample", "top_k": 5, "top_p": 1.0, "temperature": 0.8}
+    assert config["signatures"]["sample"]["inputs"] == {
+        "sentences": {"dtype": "string", "shape": [None]}, "seed": {"dtype": "int64", "shape": []},
+    }
+    assert set(config["signatures"]["sample"]["outputs"]) == {"translations", "output_ids", "truncated"}
+    assert find_python_ops(path) == []
+    loaded = tf.saved_model.load(path)
+    assert sorted(loaded.signatures) == ["beam_search", "greedy", "n_best", "sample", "score", "serving_default",
+                                        "token_ids"]
+    for seed in (0, 7):
+        got = loaded.signatures["sample"](sentences=tf.constant(SENTENCES), seed=tf.constant(seed, tf.int64))
+        want = translator.translate_sampled(tf.constant(SENTENCES), tf.constant(seed, tf.int64))
+        assert got["output_ids"].numpy().tolist() == want["output_ids"].numpy().tolist()
+        assert got["translations"].numpy().tolist() == want["translations"].numpy().tolist()
+        assert got["translations"].numpy()[1] == b""  # empty input
+    assert not np.array_equal(got["output_ids"].numpy(), loaded.signatures["sample"](
+        sentences=tf.constant(SENTENCES), seed=tf.constant(1, tf.int64))["output_ids"].numpy())
+    if warmup:
+        from tensorflow_serving.apis import prediction_log_pb2
+
+        records = list(tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests")))
+        requests = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request for r in records]
+        assert [r.model_spec.signature_name for r in requests] == ["serving_default", "sample"]
+        assert set(requests[1].inputs) == {"sentences", "seed"}
+    # Without sampling settings no sample signature (the shared exports have none), so no warmup of it.
+    plain = Translator(model, tokenizer, **shared.EXPORT_KWARGS)
+    with pytest.raises(ValueError, match="warmup_signatures"):
+        export_saved_model(plain, tmp_path / "plain", warmup_sentences=["A dog."], warmup_signatures=("sample",))
+    assert not os.path.exists(tmp_path / "plain")
+
+
+def test_rest_client_sends_the_seed_of_the_sample_signature(exported):
+    """serving/client.py --signature sample --seed S: the REST body carries the seed as the signature's input."""
+    import http.server
+    import threading
+
+    _, _, plain = exported
+    seen = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen["body"] = body
+            inputs = body["inputs"]  # the sample signature's inputs, by name
+            out = plain.translate_sampled(tf.constant(inputs["sentences"]), tf.constant(inputs["seed"], tf.int64))
+            data = json.dumps({"outputs": {"translations": [t.decode("utf-8") for t in out["translations"].numpy()]}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data.encode())))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        got = load_client().translate(SENTENCES, url=f"http://127.0.0.1:{server.server_port}", signature="sample",
+                                      seed=7)
+    finally:
+        server.shutdown()
+    assert seen["body"] == {"signature_name": "sample", "inputs": {"sentences": SENTENCES, "seed": 7}}
+    want = plain.translate_sampled(tf.constant(SENTENCES), tf.constant(7, tf.int64))["translations"].numpy()
+    assert got == [t.decode("utf-8") for t in want]

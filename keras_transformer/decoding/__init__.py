@@ -1,5 +1,5 @@
-"""Decoding: greedy and beam search (Section 6.1), the string-to-string Translator, corpus translation,
-n-best lists and forced-decoding scores.
+"""Decoding: greedy and beam search (Section 6.1), sampling (back-translation), the string-to-string
+Translator, corpus translation, n-best lists and forced-decoding scores.
 
 ``search`` depends on TensorFlow only; ``Translator`` is imported lazily so that
 importing the searches never needs the model or tokenizer modules.
@@ -9,12 +9,13 @@ from keras_transformer.decoding.search import (
     beam_search,
     greedy_search,
     length_penalty_factor,
+    sample_search,
     tile_for_beam,
 )
 
 __all__ = [
-    "beam_search", "greedy_search", "length_penalty_factor", "tile_for_beam", "Translator", "translate_lines",
-    "n_best_lines", "score_lines",
+    "beam_search", "greedy_search", "sample_search", "length_penalty_factor", "tile_for_beam", "Translator",
+    "translate_lines", "n_best_lines", "score_lines",
 ]
 
 

@@ -7,8 +7,9 @@ kind              recognized by                                           transl
 ================  ======================================================  =========================================
 ``model_dir``     ``model.keras``, ``spm.model``, ``config.json``          a :class:`~keras_transformer.decoding.Translator`
                   (``keras-transformer train`` / ``run``)                  built now: beam size and alpha chosen per run
-``saved_model``   ``saved_model.pb`` (an export's version folder)          its ``serving_default`` / ``greedy``
-                                                                          signatures: the settings it was exported with
+``saved_model``   ``saved_model.pb`` (an export's version folder)          its ``serving_default`` / ``greedy`` /
+                                                                          ``sample`` signatures: the settings it was
+                                                                          exported with
 ``ctranslate2``   ``model.bin`` + ``keras_transformer.json``               :class:`~keras_transformer.export.ctranslate2.CTranslate2Translator`
                   (``export --format ctranslate2``)                        (beam size and alpha chosen per run)
 ================  ======================================================  =========================================
@@ -23,6 +24,16 @@ and ``score`` (forced decoding,
 offers them: a model folder always, a SavedModel exported with the ``n_best``
 and ``score`` signatures, a CTranslate2 export never (``unavailable`` says
 why).
+
+Sampling (``seed`` or a ``sampling_*`` setting given, e.g. for
+back-translation) translates a model folder with
+:meth:`~keras_transformer.decoding.Translator.translate_sampled` and a
+SavedModel with its ``sample`` signature. Each batch samples with its own seed,
+a fingerprint of ``seed`` and the batch's sentences (:func:`batch_seed`): the
+batches of a corpus draw different random numbers (the same seed for every
+batch would give row ``r`` of every batch the same noise), and running the
+same command again gives the same translations, whatever the number of
+``workers``; another batch size regroups the sentences and samples anew.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["load_model_dir", "open_translator", "OpenedTranslator", "folder_kind"]
+__all__ = ["load_model_dir", "open_translator", "OpenedTranslator", "folder_kind", "batch_seed"]
 
 _MODEL_DIR_FILES = ("model.keras", "spm.model", "config.json")
 
@@ -139,12 +150,38 @@ def _search_description(beam_size: int, alpha: float) -> str:
     return f"beam search (beam {beam_size}, alpha {float(alpha)})" if beam_size > 1 else "greedy search"
 
 
+def _sampling_description(top_k: int, top_p: float, temperature: float, seed: int) -> str:
+    return f"sampling (top-k {top_k or 'off'}, top-p {float(top_p)}, temperature {float(temperature)}, seed {seed})"
+
+
+def batch_seed(seed: int, sentences: Any) -> Any:
+    """The sampling seed of one batch: a fingerprint of ``seed`` and the batch's sentences.
+
+    Args:
+        seed: the user's seed (Python int).
+        sentences: ``[B]`` ``tf.string``, the batch.
+
+    Returns:
+        int64 scalar tensor in ``[0, 2^63 - 1)``: FarmHash Fingerprint64
+        (``tf.strings.to_hash_bucket_fast``, stable across platforms and
+        releases) of the seed and the newline-joined sentences.
+    """
+    import tensorflow as tf
+
+    text = tf.strings.reduce_join(tf.concat([[str(int(seed))], sentences], axis=0), separator="\n")
+    return tf.strings.to_hash_bucket_fast(text, 2**63 - 1)
+
+
 def open_translator(
     path: str | os.PathLike,
     beam_size: int | None = None,
     length_penalty: float | None = None,
     early_stopping: bool | None = None,
     jit_compile: bool = False,
+    sampling_topk: int | None = None,
+    sampling_topp: float | None = None,
+    sampling_temperature: float | None = None,
+    seed: int | None = None,
 ) -> OpenedTranslator:
     """Opens a trained model folder, a SavedModel or a CTranslate2 export for translation.
 
@@ -160,14 +197,26 @@ def open_translator(
         early_stopping: beam search's stopping rule (model folder only;
             default True, see :class:`~keras_transformer.decoding.Translator`).
         jit_compile: XLA for single sentences (model folder only).
+        sampling_topk: sample, keeping the k most probable tokens of each
+            step (0: all). Any ``sampling_*`` or ``seed`` given means sampling
+            (see the module docstring); the others default to the model
+            folder's defaults (top-k 0, top-p 1.0, temperature 1.0) or the
+            SavedModel's exported settings, which a given value must equal.
+        sampling_topp: sample from the nucleus of probability p (1: all).
+        sampling_temperature: divide the logits by it before sampling.
+        seed: the sampling seed (int; default 0); batches derive their own
+            from it (:func:`batch_seed`).
 
     Returns:
         an :class:`OpenedTranslator`.
 
     Raises:
         ValueError: for a folder of none of the three kinds (naming what it
-            looked for), or settings a SavedModel cannot change (naming the
-            exported ones).
+            looked for), settings a SavedModel cannot change (naming the
+            exported ones), sampling settings out of range, sampling with a
+            beam size above 1 or a length penalty, sampling from a SavedModel
+            exported without the ``sample`` signature or from a CTranslate2
+            export.
     """
     kind = folder_kind(path)
     if kind is None:
@@ -175,10 +224,42 @@ def open_translator(
             f"{path} is neither a trained model folder ({', '.join(_MODEL_DIR_FILES)}), a SavedModel version folder "
             "(saved_model.pb) nor a CTranslate2 export (model.bin, keras_transformer.json)"
         )
+    sampling = {"top_k": sampling_topk, "top_p": sampling_topp, "temperature": sampling_temperature}
+    sample = seed is not None or any(value is not None for value in sampling.values())
+    if sample:
+        if beam_size not in (None, 1) or length_penalty is not None:
+            raise ValueError("sampling (a seed or sampling settings) and beam search (beam size, length penalty) "
+                             "exclude each other: give one or the other")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        seed = 0 if seed is None else seed
+        from keras_transformer.decoding.search import check_sampling
+
+        top_k, top_p, temperature = check_sampling(
+            0 if sampling_topk is None else sampling_topk, 1.0 if sampling_topp is None else sampling_topp,
+            1.0 if sampling_temperature is None else sampling_temperature,
+        )
+        if kind == "ctranslate2":
+            raise ValueError(f"{path} is a CTranslate2 export, which translates without sampling here; sample with "
+                             "the trained model folder or a SavedModel exported with `keras-transformer export "
+                             "--sampling`")
     if kind == "model_dir":
         from keras_transformer.decoding.translator import Translator
 
+        from keras_transformer.training.checkpoints import describe_model_weights
+
         model, tokenizer, config = load_model_dir(path)
+        weights = describe_model_weights(pathlib.Path(path) / "model.keras")
+        if sample:
+            translator = Translator(
+                model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
+                jit_compile=jit_compile, sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
+            )
+            return OpenedTranslator(
+                kind, _sampled(translator.translate_sampled, seed),
+                _sampling_description(top_k, top_p, temperature, seed), dict(translator.get_config(), seed=seed),
+                translator, weights,
+            )
         beam = 4 if beam_size is None else beam_size
         alpha = config.length_penalty if length_penalty is None else float(length_penalty)
         translator = Translator(
@@ -187,9 +268,6 @@ def open_translator(
             early_stopping=True if early_stopping is None else early_stopping,
         )
         fn = translator.translate if beam > 1 else translator.translate_greedy
-        from keras_transformer.training.checkpoints import describe_model_weights
-
-        weights = describe_model_weights(pathlib.Path(path) / "model.keras")
         return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator,
                                 weights, n_best=translator.translate_n_best,
                                 score=translator.score)
@@ -222,7 +300,10 @@ def open_translator(
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
     config_path = pathlib.Path(path, "assets.extra", "export_config.json")
-    decoding = json.loads(config_path.read_text(encoding="utf-8"))["decoding"] if config_path.is_file() else {}
+    record = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    decoding = record.get("decoding", {})
+    if sample:
+        return _open_saved_model_sampling(path, record, sampling, seed)
     exported_beam, exported_alpha = decoding.get("beam_size"), decoding.get("length_penalty")
     if beam_size not in (None, 1) and exported_beam is not None and beam_size != exported_beam:
         raise ValueError(
@@ -259,3 +340,56 @@ def open_translator(
         score = loaded.signatures["score"]
         opened.score = lambda sentences, targets: score(sentences=sentences, targets=targets)
     return opened
+
+
+def _sampled(translate_sampled: Callable[..., Any], seed: int) -> Callable[[Any], Any]:
+    """``batch -> translate_sampled(batch, batch_seed(seed, batch))`` (see the module docstring)."""
+
+    def translate(batch):
+        return translate_sampled(batch, batch_seed(seed, batch))
+
+    return translate
+
+
+def _open_saved_model_sampling(path: Any, record: dict[str, Any], asked: dict[str, Any],
+                               seed: int) -> OpenedTranslator:
+    """A SavedModel's ``sample`` signature, after checking the asked settings against the exported ones.
+
+    ``record`` is the export's ``export_config.json`` (empty when missing):
+    its ``"sampling"`` entry (null without the signature) is checked before
+    the SavedModel is loaded.
+    """
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
+
+    def no_signature(signatures):
+        return ValueError(
+            f"the SavedModel {path} was exported without the `sample` signature (signatures: {signatures}); "
+            "re-export it with `keras-transformer export --sampling` (and --sampling-topk/--sampling-topp/"
+            "--sampling-temperature) to sample"
+        )
+
+    exported = record.get("sampling") or {}
+    if "sampling" in record and not exported:
+        raise no_signature(", ".join(sorted(record.get("signatures", {}))))
+    for name, value in asked.items():
+        if value is not None and name in exported and float(value) != float(exported[name]):
+            raise ValueError(
+                f"the SavedModel {path} samples with {name.replace('_', '-')} {exported[name]} (exported), not "
+                f"{value}; re-export it (`keras-transformer export --sampling-{name.replace('_', '')} {value}`) "
+                "for another"
+            )
+    loaded = tf.saved_model.load(str(path))
+    if "sample" not in loaded.signatures:
+        raise no_signature(", ".join(sorted(loaded.signatures)))
+    signature = loaded.signatures["sample"]
+
+    def translate_sampled(batch, batch_seed_value):
+        return signature(sentences=batch, seed=batch_seed_value)
+
+    description = "SavedModel " + _sampling_description(
+        exported.get("top_k", 0), exported.get("top_p", 1.0), exported.get("temperature", 1.0), seed
+    )
+    return OpenedTranslator("saved_model", _sampled(translate_sampled, seed), description,
+                            dict(exported, seed=seed), loaded,
+                            f"{pathlib.Path(path) / 'variables'} (the weights exported in the SavedModel)")

@@ -1,10 +1,12 @@
 """Translator: strings -> subword ids -> encoder -> search -> strings, all in-graph.
 
 A ``tf.Module`` whose ``tf.function``s take a ``[None]`` ``tf.string`` batch
-(``input_signature=[tf.TensorSpec([None], tf.string)]``), so that the same object
+(``input_signature=[tf.TensorSpec([None], tf.string)]``; sampling also takes an
+int64 scalar ``seed``), so that the same object
 translates in Python and is exported as a SavedModel for TF Serving
 (:func:`keras_transformer.export.export_saved_model`). Tokenization uses
-``tensorflow_text`` ops; the encoder and the search (greedy or beam, Section 6.1)
+``tensorflow_text`` ops; the encoder and the search (greedy or beam, Section 6.1;
+sampling for back-translation)
 can be compiled with XLA (``jit_compile=True``) for small batches: they run in
 an inner ``tf.function(jit_compile=True)`` while the string ops stay outside it
 (they have no XLA kernels).
@@ -76,6 +78,15 @@ Decisions:
   ``[None, None]`` source ids, so new batch sizes and sentence lengths reuse
   the same graph (XLA still compiles once per distinct shape when
   ``jit_compile=True``).
+* **Sampling** (``translate_sampled(sentences, seed)``, for back-translation):
+  :func:`~keras_transformer.decoding.search.sample_search` with the top-k,
+  top-p and temperature fixed at construction (like ``beam_size``). A seed
+  reproduces the translations in graph mode and under XLA; a sentence's sample
+  depends on the seed, its row in the batch and its own source only. Pad and
+  BOS are never sampled (neither is a valid output token; fairseq never
+  generates pad either), so with ``sampling_topk=1`` it returns
+  ``translate_greedy``'s ids wherever greedy search does not pick one of
+  them, which a trained model does not rank first.
 * ``scores`` are the beam-search scores ``log P(Y|X) / lp(Y)`` (Wu et al. 2016
   length penalty; ``log P`` when ``length_penalty == 0``), float32.
 * **n-best lists.** :meth:`Translator.translate_n_best` returns every beam's
@@ -111,11 +122,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding.search import beam_search, greedy_search, length_penalty_factor
+from keras_transformer.decoding.search import (
+    beam_search, check_sampling, greedy_search, length_penalty_factor, sample_search,
+)
 
 __all__ = ["Translator"]
 
 _STRINGS = [tf.TensorSpec([None], tf.string, name="sentences")]
+_STRINGS_AND_SEED = _STRINGS + [tf.TensorSpec([], tf.int64, name="seed")]
 _PAIRS = [tf.TensorSpec([None], tf.string, name="sentences"), tf.TensorSpec([None], tf.string, name="targets")]
 
 
@@ -177,12 +191,21 @@ class Translator(tf.Module):
             wins (2x the graph-mode sentences/s); XLA's beam search was
             slower than the graph-mode one at every batch size measured on a
             CPU (XLA's CPU matrix products of 2-8 rows are slow).
+        sampling_topk: ``translate_sampled`` keeps the k most probable tokens
+            at each step (int >= 0; 0: no top-k restriction, 1: greedy).
+        sampling_topp: ``translate_sampled``'s nucleus: the smallest set of most
+            probable tokens whose probability reaches p, within the step's
+            ``max(sampling_topk, 64)`` best tokens (float in ``(0, 1]``; 1: no
+            restriction).
+        sampling_temperature: ``translate_sampled`` divides the logits by it
+            (float > 0; default 1: the model's distribution).
         name: module name.
 
     Raises:
         ValueError: naming the argument, for a non-positive or non-int size, a
-            negative length penalty, a ``max_length`` larger than the model's, or
-            a tokenizer vocabulary larger than the model's.
+            negative length penalty, a ``max_length`` larger than the model's,
+            a tokenizer vocabulary larger than the model's, or sampling
+            settings out of range.
 
     Example:
 
@@ -204,6 +227,9 @@ class Translator(tf.Module):
         early_stopping: bool = True,
         xla_max_rows: int | None = 1,
         compute_dtype: str | None = "float32",
+        sampling_topk: int = 0,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -218,6 +244,13 @@ class Translator(tf.Module):
                 raise ValueError(f"Translator {arg} must be an int >= {minimum}, got {value!r}")
         if float(length_penalty) < 0:
             raise ValueError(f"Translator length_penalty must be >= 0, got {length_penalty!r}")
+        try:
+            sampling = check_sampling(sampling_topk, sampling_topp, sampling_temperature)
+        except ValueError as error:  # name the Translator's arguments
+            message = str(error)
+            for setting in ("top_k", "top_p", "temperature"):
+                message = message.replace(setting, "sampling_" + setting.replace("_", ""))
+            raise ValueError(f"Translator {message}") from None
         model_max_length = getattr(model, "max_length", None)
         if isinstance(model_max_length, int) and max_length > model_max_length:
             raise ValueError(
@@ -240,7 +273,9 @@ class Translator(tf.Module):
         self.source_bucket_width = source_bucket_width
         self.early_stopping = bool(early_stopping)
         self.xla_max_rows = xla_max_rows
+        self.sampling_topk, self.sampling_topp, self.sampling_temperature = sampling
         self.bos_id = int(tokenizer.bos_id)
+        self.pad_id = int(tokenizer.pad_id)
         self.eos_id = int(tokenizer.eos_id)
         # Per-id tables of the vocabulary (numpy; in-graph constants when traced).
         vocab_size = int(tokenizer.vocab_size)
@@ -251,8 +286,12 @@ class Translator(tf.Module):
         # Inner numeric functions: ids in, ids out; graph mode, and XLA when asked.
         self._beam_core = tf.function(functools.partial(self._beam_search_ids, xla=False), reduce_retracing=True)
         self._greedy_core = tf.function(functools.partial(self._greedy_search_ids, xla=False), reduce_retracing=True)
-        self._beam_core_xla = self._greedy_core_xla = None
+        self._sample_core = tf.function(functools.partial(self._sample_search_ids, xla=False), reduce_retracing=True)
+        self._beam_core_xla = self._greedy_core_xla = self._sample_core_xla = None
         if self.jit_compile:
+            self._sample_core_xla = tf.function(
+                functools.partial(self._sample_search_ids, xla=True), jit_compile=True, reduce_retracing=True
+            )
             self._beam_core_xla = tf.function(
                 functools.partial(self._beam_search_ids, xla=True), jit_compile=True, reduce_retracing=True
             )
@@ -271,6 +310,9 @@ class Translator(tf.Module):
             "source_bucket_width": self.source_bucket_width,
             "early_stopping": self.early_stopping,
             "xla_max_rows": self.xla_max_rows,
+            "sampling_topk": self.sampling_topk,
+            "sampling_topp": self.sampling_topp,
+            "sampling_temperature": self.sampling_temperature,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
             # Recorded so an export tells whether it has the rule (exports made before it lack the key).
@@ -357,6 +399,32 @@ class Translator(tf.Module):
         with self._weights_read_once():
             return self._greedy_search_loop(source_ids, max_decode_lengths, xla, output_matrix)
 
+    def _sample_search_ids(self, source_ids, max_decode_lengths, seed, xla=False):
+        with self._weights_read_once():
+            initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
+            model_logits = self._symbols_to_logits_fn(None)
+
+            def symbols_to_logits(step_ids, step, cache):
+                logits, cache = model_logits(step_ids, step, cache)
+                # Pad and BOS are never output tokens: -inf before sampling.
+                ids = tf.range(tf.shape(logits)[-1])
+                banned = tf.logical_or(tf.equal(ids, self.pad_id), tf.equal(ids, self.bos_id))
+                return tf.where(banned, tf.constant(-float("inf"), logits.dtype), logits), cache
+
+            return sample_search(
+                symbols_to_logits,
+                initial_ids,
+                cache,
+                max_length=self.max_length,
+                eos_id=self.eos_id,
+                seed=seed,
+                max_decode_lengths=max_decode_lengths,
+                top_k=self.sampling_topk,
+                top_p=self.sampling_topp,
+                temperature=self.sampling_temperature,
+                drop_finished=not xla,
+            )
+
     def _beam_search_loop(self, source_ids, max_decode_lengths, xla, output_matrix):
         initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
         return beam_search(
@@ -387,20 +455,24 @@ class Translator(tf.Module):
             drop_finished=not xla,
         )
 
-    def _search(self, greedy, source_ids, max_decode_lengths):
-        """Greedy or beam ids of a batch: XLA for up to ``xla_max_rows`` decoding rows, else graph mode."""
-        graph = self._greedy_core if greedy else self._beam_core
+    def _search(self, greedy, source_ids, max_decode_lengths, seed=None):
+        """Greedy, sampled (``seed`` given) or beam ids of a batch: XLA for up to ``xla_max_rows`` decoding rows, else graph mode."""
+        if seed is not None:
+            graph, xla, extra, rows_per_sentence = self._sample_core, self._sample_core_xla, (seed,), 1
+        elif greedy:
+            graph, xla, extra, rows_per_sentence = self._greedy_core, self._greedy_core_xla, (), 1
+        else:
+            graph, xla, extra, rows_per_sentence = self._beam_core, self._beam_core_xla, (), self.beam_size
         if not self.jit_compile:
-            return graph(source_ids, max_decode_lengths)
-        xla = self._greedy_core_xla if greedy else self._beam_core_xla
+            return graph(source_ids, max_decode_lengths, *extra)
 
         def run_xla():
-            return xla(self._bucket(source_ids), max_decode_lengths)
+            return xla(self._bucket(source_ids), max_decode_lengths, *extra)
 
         if self.xla_max_rows is None:
             return run_xla()
-        rows = tf.shape(source_ids)[0] * (1 if greedy else self.beam_size)
-        return tf.cond(rows <= self.xla_max_rows, run_xla, lambda: graph(source_ids, max_decode_lengths))
+        rows = tf.shape(source_ids)[0] * rows_per_sentence
+        return tf.cond(rows <= self.xla_max_rows, run_xla, lambda: graph(source_ids, max_decode_lengths, *extra))
 
     # -- string handling (plain TF + tensorflow-text ops) -------------------------------
     def source_ids(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -508,6 +580,36 @@ class Translator(tf.Module):
             "translations": self._texts(sentences, out["output_ids"], out["copied"]),
             "output_ids": out["output_ids"],
             "truncated": out["truncated"],
+        }
+
+    @tf.function(input_signature=_STRINGS_AND_SEED)
+    def translate_sampled(self, sentences, seed):
+        """Sampled translation, e.g. for back-translation (settings fixed at construction).
+
+        Samples with :func:`~keras_transformer.decoding.search.sample_search`
+        (``sampling_topk``, ``sampling_topp``, ``sampling_temperature``; pad
+        and BOS never sampled). The same ``seed`` gives the same
+        translations (graph mode and XLA alike, up to float rounding), and a
+        sentence's translation depends on the seed, its row in the batch and
+        its own source only, not on the other sentences of the batch.
+
+        Args:
+            sentences: ``[B]`` ``tf.string``.
+            seed: int64 scalar (the stateless seed ``[seed, 0]``).
+
+        Returns:
+            dict: ``translations`` [B] tf.string (``""`` for empty input,
+            the input itself for copied input, as :meth:`translate`),
+            ``output_ids`` int32 [B, max_length] (EOS kept, 0 after; all 0
+            for empty and copied input), ``truncated`` [B] bool.
+        """
+        inputs = self.source_ids(sentences)
+        ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"], seed=seed)
+        ids = tf.where((inputs["empty"] | inputs["copied"])[:, None], tf.zeros_like(ids), ids)
+        return {
+            "translations": self._texts(sentences, ids, inputs["copied"]),
+            "output_ids": ids,
+            "truncated": inputs["truncated"],
         }
 
     @tf.function(input_signature=_STRINGS)
@@ -667,17 +769,27 @@ class Translator(tf.Module):
         }
 
     # -- Python convenience ------------------------------------------------------------
-    def __call__(self, sentences: Any, greedy: bool = False) -> list[str]:
+    def __call__(self, sentences: Any, greedy: bool = False, seed: int | None = None) -> list[str]:
         """Translates Python strings (list or one str) and returns Python strings.
 
+        Beam search by default; ``greedy=True`` greedy search; an int ``seed``
+        samples (:meth:`translate_sampled`).
+
         Raises:
-            ValueError: if ``sentences`` is not a str or a list/tuple of str.
+            ValueError: if ``sentences`` is not a str or a list/tuple of str,
+                or ``seed`` is not an int.
         """
         single = isinstance(sentences, str)
         batch = [sentences] if single else sentences
         if not isinstance(batch, (list, tuple)) or not all(isinstance(s, str) for s in batch):
             raise ValueError("Translator expects a str or a list of str")
-        fn = self.translate_greedy if greedy else self.translate
-        out = fn(tf.constant(list(batch), tf.string))["translations"].numpy()
+        strings = tf.constant(list(batch), tf.string)
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError(f"seed must be an int, got {seed!r}")
+            out = self.translate_sampled(strings, tf.constant(seed, tf.int64))["translations"].numpy()
+        else:
+            fn = self.translate_greedy if greedy else self.translate
+            out = fn(strings)["translations"].numpy()
         texts = [t.decode("utf-8") for t in out]
         return texts[0] if single else texts

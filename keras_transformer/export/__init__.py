@@ -17,6 +17,7 @@ from keras_transformer.export.ctranslate2 import (
 )
 from keras_transformer.export.saved_model import (
     CONFIG_FILENAME,
+    SAMPLE_SIGNATURE,
     SIGNATURES,
     VOCAB_ASSET_NAME,
     WARMUP_FILENAME,
@@ -30,6 +31,7 @@ __all__ = [
     "find_python_ops",
     "saved_model_op_names",
     "SIGNATURES",
+    "SAMPLE_SIGNATURE",
     "CONFIG_FILENAME",
     "VOCAB_ASSET_NAME",
     "WARMUP_FILENAME",

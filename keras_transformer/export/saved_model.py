@@ -11,7 +11,8 @@ numeric folder per servable version)::
         assets.extra/tf_serving_warmup_requests   optional (``warmup_sentences``)
 
 Signatures (all take ``sentences``: ``[None]`` ``tf.string``; ``score`` also
-``targets``: ``[None]`` ``tf.string``, one per sentence):
+``targets``: ``[None]`` ``tf.string``, one per sentence; ``sample`` also
+``seed``: an int64 scalar):
 
 ==================  =============================================================
 ``serving_default``  beam search: ``translations`` [B] string, ``scores`` [B]
@@ -29,6 +30,12 @@ Signatures (all take ``sentences``: ``[None]`` ``tf.string``; ``score`` also
                      ``score`` [B] (``log_prob / lp``), ``num_tokens`` [B]
                      int32, ``token_log_probs`` [B, T], ``target_ids`` [B, T]
                      int32, ``target_pieces`` [B, T] string, ``truncated`` [B]
+``sample``           optional (``sampling``): sampled translations for
+                     back-translation, ``Translator.translate_sampled``:
+                     ``translations`` [B] string, ``output_ids`` [B, L]
+                     int32, ``truncated`` [B] bool; top-k, top-p and
+                     temperature fixed at export (``export_config.json``,
+                     ``"sampling"``), the same seed gives the same output
 ==================  =============================================================
 
 (:meth:`keras_transformer.decoding.Translator.translate_n_best` and
@@ -67,6 +74,7 @@ __all__ = [
     "find_python_ops",
     "saved_model_op_names",
     "SIGNATURES",
+    "SAMPLE_SIGNATURE",
     "CONFIG_FILENAME",
     "VOCAB_ASSET_NAME",
     "WARMUP_FILENAME",
@@ -81,6 +89,8 @@ SIGNATURES = {
     "n_best": "translate_n_best",
     "score": "score",
 }
+#: The optional sampling signature (``export_saved_model(sampling=...)``) -> Translator method.
+SAMPLE_SIGNATURE = ("sample", "translate_sampled")
 #: File written in ``assets.extra/``.
 CONFIG_FILENAME = "export_config.json"
 #: TF Serving's warmup file in ``assets.extra/``.
@@ -104,7 +114,7 @@ class _ExportModule(tf.Module):
     loads every export with the C++ loader.
     """
 
-    def __init__(self, translator: Any, vocab_path: str):
+    def __init__(self, translator: Any, vocab_path: str, sampling: bool = False):
         import keras
 
         super().__init__(name="keras_transformer_translator")
@@ -115,6 +125,8 @@ class _ExportModule(tf.Module):
         self.translate_ids = translator.translate_ids
         self.translate_n_best = translator.translate_n_best
         self.score = translator.score
+        if sampling:
+            self.translate_sampled = translator.translate_sampled
         self.sentencepiece_model = tf.saved_model.Asset(vocab_path)
 
 
@@ -228,6 +240,7 @@ def export_saved_model(
     warmup_sentences: list[str] | None = None,
     warmup_signatures: tuple[str, ...] = ("serving_default",),
     model_name: str = "translator",
+    sampling: bool | None = None,
 ) -> str:
     """Writes ``translator`` as a TF Serving SavedModel ``<export_dir>/<version>/``.
 
@@ -249,6 +262,13 @@ def export_saved_model(
         warmup_signatures: signature names replayed at warmup.
         model_name: the served model name written in the warmup requests
             (``name`` in serving/models.config).
+        sampling: add the ``sample`` signature (``translate_sampled``, with
+            the translator's ``sampling_topk``, ``sampling_topp`` and
+            ``sampling_temperature``, recorded as ``"sampling"`` in
+            ``export_config.json``). None (default): add it when the
+            translator was built with other sampling settings than the
+            defaults (0, 1.0, 1.0); pass True for plain sampling from the
+            model's distribution.
 
     XLA: whether the search is XLA-compiled is the translator's choice
     (``Translator(jit_compile=...)``); it is recorded as ``xla_compiled`` and
@@ -269,13 +289,17 @@ def export_saved_model(
     final_path = os.path.join(export_dir, str(version))
     if os.path.exists(final_path) and not overwrite:
         raise ValueError(f"export version folder already exists: {final_path} (pass overwrite=True to replace it)")
+    if sampling is None:
+        sampling = (translator.sampling_topk, translator.sampling_topp, translator.sampling_temperature) != (0, 1.0, 1.0)
+    sampling = bool(sampling)
     if warmup_sentences is not None:
         if (isinstance(warmup_sentences, str) or not warmup_sentences
                 or not all(isinstance(x, str) for x in warmup_sentences)):
             raise ValueError("warmup_sentences must be a non-empty list of str")
-        unknown = [name for name in warmup_signatures if name not in SIGNATURES]
+        allowed = sorted(SIGNATURES) + ([SAMPLE_SIGNATURE[0]] if sampling else [])
+        unknown = [name for name in warmup_signatures if name not in allowed]
         if unknown or not warmup_signatures:
-            raise ValueError(f"warmup_signatures must be among {sorted(SIGNATURES)}, got {list(warmup_signatures)}")
+            raise ValueError(f"warmup_signatures must be among {allowed}, got {list(warmup_signatures)}")
         _warmup_modules()  # fail before writing anything if the package is missing
     os.makedirs(export_dir, exist_ok=True)
 
@@ -284,10 +308,9 @@ def export_saved_model(
         vocab_path = os.path.join(vocab_dir, VOCAB_ASSET_NAME)
         with open(vocab_path, "wb") as f:
             f.write(translator.tokenizer.model_bytes)
-        root = _ExportModule(translator, vocab_path)
-        concrete = {
-            name: getattr(translator, method).get_concrete_function() for name, method in SIGNATURES.items()
-        }
+        root = _ExportModule(translator, vocab_path, sampling)
+        methods = dict(SIGNATURES, **dict([SAMPLE_SIGNATURE])) if sampling else SIGNATURES
+        concrete = {name: getattr(translator, method).get_concrete_function() for name, method in methods.items()}
         try:
             tf.saved_model.save(root, tmp_path, signatures=concrete)
             python_ops = find_python_ops(tmp_path)
@@ -300,7 +323,7 @@ def export_saved_model(
             if warmup_sentences is not None:
                 warmup = {"file": f"assets.extra/{WARMUP_FILENAME}", "signatures": list(warmup_signatures),
                           "batch_size": len(warmup_sentences)}
-            _write_config(tmp_path, translator, version, concrete, warmup)
+            _write_config(tmp_path, translator, version, concrete, warmup, sampling)
             if warmup_sentences is not None:
                 inputs = {name: [spec.name for spec in _input_specs(concrete[name])] for name in warmup_signatures}
                 _write_warmup(tmp_path, list(warmup_sentences), inputs, model_name)
@@ -321,7 +344,7 @@ def export_saved_model(
 
 
 def _write_config(path: str, translator: Any, version: int, concrete: dict[str, Any],
-                  warmup: dict[str, Any] | None = None) -> None:
+                  warmup: dict[str, Any] | None = None, sampling: bool = False) -> None:
     import tensorflow_text
 
     model = translator.model
@@ -338,6 +361,13 @@ def _write_config(path: str, translator: Any, version: int, concrete: dict[str, 
         "serving_flags": ["--xla_cpu_compilation_enabled=true"] if xla else [],
         "warmup": warmup,
         "decoding": _json_safe(translator.get_config()),
+        # The `sample` signature's settings (null: no such signature).
+        "sampling": {
+            "signature": SAMPLE_SIGNATURE[0],
+            "top_k": translator.sampling_topk,
+            "top_p": translator.sampling_topp,
+            "temperature": translator.sampling_temperature,
+        } if sampling else None,
         "model_class": f"{type(model).__module__}.{type(model).__name__}",
         "model_config": _json_safe(model_config),
         "tokenizer": {
@@ -385,8 +415,11 @@ def _write_warmup(path: str, sentences: list[str], signatures: dict[str, list[st
                 model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature)
             )
             for input_name in input_names:
-                request.inputs[input_name].CopyFrom(
-                    tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string)
-                )
+                if input_name == "seed":  # the sample signature's int64 scalar
+                    request.inputs[input_name].CopyFrom(tf.make_tensor_proto(0, dtype=tf.int64))
+                else:
+                    request.inputs[input_name].CopyFrom(
+                        tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string)
+                    )
             log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())
