@@ -951,11 +951,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument(
         "--model", required=True,
         help="a trained model folder (e.g. runs/multi30k) or a SavedModel version folder (e.g. "
-        "runs/multi30k/export/1, exported with the score signature)",
+        "runs/multi30k/export/1, exported with the score signature); required",
     )
-    sc.add_argument("--source", required=True, help="source sentences, one per line (UTF-8, plain or .gz)")
-    sc.add_argument("--target", required=True, help="target sentences, line-aligned with --source")
-    sc.add_argument("--per-token", action="store_true", help="also write each target piece and its log-probability")
+    sc.add_argument("--source", required=True, help="source sentences, one per line (UTF-8, plain or .gz; required)")
+    sc.add_argument("--target", required=True, help="target sentences, line-aligned with --source (required)")
+    sc.add_argument("--per-token", action="store_true", help="also write each target piece and its log-probability (default: off)")
     sc.add_argument("--output", default="-", help="where the score lines go (default: stdout)")
     sc.add_argument("--batch-size", type=int, default=64, help="pairs per batch (default 64)")
     sc.add_argument(

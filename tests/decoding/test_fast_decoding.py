@@ -145,6 +145,7 @@ def test_no_retracing_for_new_batch_sizes_and_lengths(model, tokenizer):
         out = t.translate(tf.constant(batch))
         assert out["translations"].shape == (len(batch),)
         t.translate_greedy(tf.constant(batch))
+        assert t.translate_ids(tf.constant(batch))["output_ids"].shape[:2] == (len(batch), 2)
     counts = {name: getattr(t, name).experimental_get_tracing_count()
               for name in ("translate", "translate_ids", "translate_greedy", "_beam_core", "_greedy_core")}
     assert counts == dict.fromkeys(counts, 1)
