@@ -956,7 +956,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--source", required=True, help="source sentences, one per line (UTF-8, plain or .gz; required)")
     sc.add_argument("--target", required=True, help="target sentences, line-aligned with --source (required)")
     sc.add_argument("--per-token", action="store_true", help="also write each target piece and its log-probability (default: off)")
-    sc.add_argument("--output", default="-", help="where the score lines go (default: stdout)")
+    sc.add_argument("--output", default="-", help="where the score lines go; - is stdout (default: -, stdout)")
     sc.add_argument("--batch-size", type=int, default=64, help="pairs per batch (default 64)")
     sc.add_argument(
         "--length-penalty", type=_alpha, default=None,
