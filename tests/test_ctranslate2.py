@@ -148,7 +148,7 @@ def test_per_sentence_limit_and_scores_follow_tf(models, tokenizer, valid):
     """A short output limit (source + 3) cuts sentences exactly as the TF greedy search does, and the
     greedy scores, converted to our length penalty, equal the TF beam-1 scores."""
     model, path = models["pre_ln"]
-    sources = valid[0][:40]
+    sources = valid[0][:80]
     reference = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=3, beam_size=1)
     tf_out = reference.translate_greedy(tf.constant(sources))
     tf_ids = [[int(i) for i in row if i] for row in tf_out["output_ids"].numpy()]
@@ -160,7 +160,7 @@ def test_per_sentence_limit_and_scores_follow_tf(models, tokenizer, valid):
     translator._run = lambda batch, steps: calls.append(steps) or run(batch, steps)
     out = translator.translate(sources)
     assert calls[0] == max(limits) - 1 and len(calls) > 1  # the batch's largest limit, then re-runs with smaller
-    assert sum(a == b for a, b in zip(tf_ids, out["output_ids"])) >= 39
+    assert sum(a == b for a, b in zip(tf_ids, out["output_ids"])) >= len(sources) - 1
     assert all(len(ids) <= limit for ids, limit in zip(out["output_ids"], limits))
 
     # Scores: sentences that ended with a generated EOS (a cut hypothesis has no EOS term in CTranslate2).
@@ -330,20 +330,23 @@ def test_unknown_input_follows_the_tf_translator(models, tokenizer, spm_model):
     assert [t.decode("utf-8") for t in tf_out["translations"].numpy()] == out["translations"]
 
 
-def test_bfloat16_export_without_torch(models, tokenizer, tmp_path):
+def test_bfloat16_export_without_torch(models, tokenizer, valid, tmp_path):
     """bfloat16 weights are written through ml_dtypes (no torch): half the float32 bytes, same greedy output."""
     model, _ = models["pre_ln"]
     full = export_ctranslate2(model, tokenizer, tmp_path / "f32")
     half = export_ctranslate2(model, tokenizer, tmp_path / "bf16", quantization="bfloat16")
     size = lambda path: os.path.getsize(os.path.join(path, "model.bin"))  # noqa: E731
     assert 0.45 < size(half) / size(full) < 0.6
-    sentences = ["A dog runs on the beach.", "Two men are playing soccer.", "A woman is reading a book."]
+    sentences = valid[0][:20]
     got = CTranslate2Translator(half, beam_size=1).translate(sentences)
     want = CTranslate2Translator(full, beam_size=1).translate(sentences)
     assert all(got["translations"])
-    # bfloat16 weights keep 8 bits of mantissa: the greedy ids agree on most positions.
+    # bfloat16 weights keep 8 bits of mantissa: the greedy ids agree on most positions (a wrong conversion,
+    # e.g. bytes read as float32, agrees on almost none). Near-ties of this tiny model flip some tokens, after
+    # which a sentence goes its own way: 20 real sentences keep the measure stable.
     same = sum(a == b for x, y in zip(got["output_ids"], want["output_ids"]) for a, b in zip(x, y))
-    assert same >= 0.7 * sum(len(y) for y in want["output_ids"])
+    assert same >= 0.5 * sum(len(y) for y in want["output_ids"])
+    assert sum(x[:3] == y[:3] for x, y in zip(got["output_ids"], want["output_ids"])) >= 15
 
 
 def test_n_best_and_score_are_refused_with_the_reason(models, tmp_path, capsys):
