@@ -462,6 +462,10 @@ def main(argv=None) -> int:
         print(f"train --prepared-dir at {size:,} pairs (base, {args.train_batch_tokens} tokens/batch): first step "
               f"{run['first_step_seconds']:.1f} s after the start [target < 60 s]; peak RSS over {steps} "
               f"{_gb(run['peak_rss_tree'])} [target < 3 GB, flat in the corpus size]", flush=True)
+    logits = args.train_batch_tokens * args.vocab_size * 4
+    print(f"(the base step's own memory: one float32 copy of its [{args.train_batch_tokens} tokens, "
+          f"{args.vocab_size}] logits is {_gb(logits)}, and the step holds several: logits, softmax, their "
+          "gradients, bfloat16 casts; weights + Adam moments about 0.8 GB)", flush=True)
     if not args.skip_in_memory:
         run = train_run(args, os.path.join(work, "train-in-memory"),
                         ["--train-source", f"{corpus_dir}/train.en", "--train-target", f"{corpus_dir}/train.de",
