@@ -8,9 +8,14 @@ Commands:
     label smoothing), score BLEU on test2016 with sacreBLEU, export the
     SavedModel for TF Serving, and translate a few test sentences.
 ``train``
-    Vocabulary and model from Multi30k, parallel files or a TSV file, under
-    a ``tf.distribute`` strategy, with XLA, mixed precision and gradient
-    accumulation as asked; re-running the same command after a kill resumes.
+    Vocabulary and model from Multi30k, parallel files, a TSV file or TFDS,
+    under a ``tf.distribute`` strategy, with XLA, mixed precision and
+    gradient accumulation as asked; re-running the same command after a kill
+    resumes exactly where it stopped. With ``--prepared-dir`` the training
+    data streams from a prepared folder (WMT's size).
+``prepare``
+    Tokenize a corpus once into sharded id files with a manifest
+    (:mod:`keras_transformer.data.prepare`), for ``train --prepared-dir``.
 ``average-checkpoints``
     Average the last N checkpoints (Section 6.1).
 ``evaluate`` / ``export``
@@ -139,6 +144,99 @@ def _save_model_atomically(model, path: pathlib.Path) -> None:
     os.replace(tmp, path)
 
 
+def _data_flags_given(args: argparse.Namespace) -> bool:
+    """Whether the command names its training data (files, TSV or TFDS) instead of the default Multi30k."""
+    return any(getattr(args, flag, None) for flag in ("train_source", "train_target", "tsv", "tfds"))
+
+
+def _corpus_sources(args: argparse.Namespace):
+    """(train, valid or None) :class:`~keras_transformer.data.prepare.CorpusSource` of the data flags."""
+    from keras_transformer.data.prepare import CorpusSource
+
+    limit_train, limit_test = args.limit_train or None, args.limit_test or None
+    if getattr(args, "train_source", None) or getattr(args, "train_target", None):
+        if not (args.train_source and args.train_target):
+            raise CliError("give both --train-source and --train-target")
+        train = CorpusSource.files(args.train_source, args.train_target, args.on_error, limit_train)
+        valid = None
+        if args.valid_source or args.valid_target:
+            if not (args.valid_source and args.valid_target):
+                raise CliError("give both --valid-source and --valid-target")
+            valid = CorpusSource.files(args.valid_source, args.valid_target, args.on_error, limit_test)
+        return train, valid
+    if getattr(args, "tfds", None):
+        def tfds(split, limit):
+            return CorpusSource.tfds(args.tfds, split, args.source_lang, args.target_lang, args.tfds_data_dir,
+                                     args.on_error, limit)
+
+        return tfds("train", limit_train), tfds("validation", limit_test)
+    if getattr(args, "tsv", None):
+        return CorpusSource.tsv(args.tsv, on_error=args.on_error, max_pairs=limit_train), None
+    data_dir = args.data_dir or _env_data_dir()
+    multi30k = dict(data_dir=data_dir, download=not args.no_download, cache_dir=args.cache_dir, on_error=args.on_error)
+    return (CorpusSource.multi30k("train", max_pairs=limit_train, **multi30k),
+            CorpusSource.multi30k("val", max_pairs=limit_test, **multi30k))
+
+
+def _in_cluster() -> bool:
+    """Whether ``TF_CONFIG`` describes a cluster of more than one task."""
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    return sum(len(v) for v in cluster.values()) > 1
+
+
+def _prepared_corpus(args: argparse.Namespace, max_length: int, vocabulary: pathlib.Path | None):
+    """The prepared folder of ``train --prepared-dir``: reused, prepared, or prepared again (see README)."""
+    from keras_transformer.data.prepare import MANIFEST_NAME, open_prepared, prepare_corpus
+
+    folder = pathlib.Path(args.prepared_dir)
+    has_manifest = (folder / MANIFEST_NAME).is_file()
+    if _in_cluster():
+        # Workers never write the shared folder: it is prepared beforehand (`keras-transformer prepare`).
+        if not has_manifest:
+            raise CliError(f"{folder} is not prepared; with TF_CONFIG every worker only reads it: run "
+                           "`keras-transformer prepare` with the same data flags first")
+        corpus = open_prepared(folder)
+        print(f"reading the prepared data in {folder} (cluster: no re-preparation)", flush=True)
+    else:
+        if not _data_flags_given(args) and has_manifest:
+            corpus = open_prepared(folder)
+            train, valid = corpus.source("train"), corpus.source("valid") if "valid" in corpus.splits else None
+            missing = [p for source in (train, valid) if source is not None for p in source.paths
+                       if not os.path.isfile(p)]
+            if missing:
+                print(f"the sources {folder} was prepared from are not here ({', '.join(missing)}): using the "
+                      "prepared data as it is", flush=True)
+                train = None
+            else:
+                print(f"checking {folder} against the sources it was prepared from", flush=True)
+        else:
+            train, valid = _corpus_sources(args)
+        if train is not None:
+            try:
+                corpus = prepare_corpus(
+                    folder, train, valid, vocabulary=vocabulary, vocab_size=args.vocab_size,
+                    vocab_sample_size=args.vocab_sample_size, max_length=max_length,
+                    length_policy=args.length_policy, num_shards=args.num_shards, processes=args.processes,
+                    log=lambda line: print(line, flush=True),
+                )
+            except RuntimeError as error:  # TFDS not prepared and no network, or a tokenizing process died
+                raise CliError(str(error)) from error
+    problems = []
+    if corpus.max_length != max_length:
+        problems.append(f"max_length {corpus.max_length} (the model's is {max_length})")
+    if corpus.length_policy != args.length_policy:
+        problems.append(f"length policy {corpus.length_policy!r} (asked: {args.length_policy!r})")
+    if vocabulary is not None:
+        import hashlib
+
+        if hashlib.sha256(vocabulary.read_bytes()).hexdigest() != corpus.vocab_sha256:
+            problems.append(f"another vocabulary than {vocabulary}")
+    if problems:
+        raise CliError(f"{folder} was prepared with {', '.join(problems)}; prepare it again with matching settings")
+    print(f"      train: {corpus.summary('train')}", flush=True)
+    return corpus
+
+
 def _train(args: argparse.Namespace):
     """Vocabulary, data and training into ``args.model_dir``; returns (model, tokenizer, config, val, test)."""
     import keras
@@ -156,17 +254,35 @@ def _train(args: argparse.Namespace):
         set_precision,
     )
 
+    prepared = bool(getattr(args, "prepared_dir", None))
+    # Under TF_CONFIG, MultiWorkerMirroredStrategy must exist before TensorFlow runs its first op.
+    strategy = get_strategy(args.strategy) if _in_cluster() else None
     keras.utils.set_random_seed(args.seed)  # before any tokenizer exists (tensorflow_text resource)
     out = pathlib.Path(args.model_dir)
-    train_pairs, val_pairs, test_pairs = _read_pairs(args)  # bad data fails before the folder is created
+    spm_path = out / "spm.model"
+    preset_max_length = get_preset(args.preset).max_length
+    max_length = args.max_length if args.max_length is not None else preset_max_length
+    corpus = train_pairs = val_pairs = test_pairs = None
+    if prepared:
+        corpus = _prepared_corpus(args, max_length, spm_path if spm_path.exists() else None)
+    else:
+        train_pairs, val_pairs, test_pairs = _read_pairs(args)  # bad data fails before the folder is created
     out.mkdir(parents=True, exist_ok=True)
 
-    spm_path = out / "spm.model"
     if spm_path.exists():
         print(f"reusing the shared vocabulary {spm_path}", flush=True)
+    elif prepared:
+        import shutil
+
+        shutil.copyfile(corpus.vocabulary_path, spm_path)
+        vocab_json = pathlib.Path(corpus.vocabulary_path).with_suffix(".json")
+        if vocab_json.exists():
+            shutil.copyfile(vocab_json, out / "spm.json")
+        print(f"using the vocabulary of {corpus.directory} ({spm_path})", flush=True)
     else:
-        print(f"training a shared SentencePiece vocabulary of {args.vocab_size} pieces (Section 3.4)", flush=True)
-        train_sentencepiece([train_pairs.sources, train_pairs.targets], str(out / "spm"), vocab_size=args.vocab_size)
+        vocab_size = args.vocab_size or 8000
+        print(f"training a shared SentencePiece vocabulary of {vocab_size} pieces (Section 3.4)", flush=True)
+        train_sentencepiece([train_pairs.sources, train_pairs.targets], str(out / "spm"), vocab_size=vocab_size)
     tokenizer = SubwordTokenizer(str(spm_path))
 
     overrides = {"vocab_size": tokenizer.vocab_size}
@@ -188,20 +304,38 @@ def _train(args: argparse.Namespace):
 
     jit_compile = default_jit_compile() if args.jit_compile is None else args.jit_compile
     precision, why = set_precision(args.precision)
-    strategy = get_strategy(args.strategy)
+    strategy = strategy or get_strategy(args.strategy)
     # Under XLA every batch of a bucket gets one shape, so XLA compiles once per bucket.
     batching = {
         "batch_tokens": config.batch_tokens,
         "padding": "fixed" if jit_compile else "bucket",
         "num_replicas": strategy.num_replicas_in_sync,
     }
-    train = prepare_pairs(train_pairs.sources, train_pairs.targets, tokenizer, config.max_length, args.length_policy)
-    print(f"      train: {train.report.summary()}", flush=True)
-    train_ds = make_dataset(train, shuffle=True, seed=args.seed, **batching)
     val_ds = None
-    if val_pairs is not None:
-        val = prepare_pairs(val_pairs.sources, val_pairs.targets, tokenizer, config.max_length, args.length_policy)
-        val_ds = make_dataset(val, shuffle=False, **batching)
+    if prepared:
+        train_data = corpus.epoch_batches(
+            batch_tokens=config.batch_tokens, padding=batching["padding"], seed=args.seed, strategy=strategy,
+            shuffle_buffer_size=args.shuffle_buffer_size,
+        )
+        if "valid" in corpus.splits:
+            val = corpus.read_pairs("valid")
+            print(f"      valid: {val.report.summary()}", flush=True)
+            val_ds = make_dataset(val, shuffle=False, **batching)
+        layout = train_data.layout
+        print(f"      streaming {train_data.steps_per_epoch} steps per epoch; worker {layout.worker_index + 1} of "
+              f"{layout.num_workers} reads {len(train_data.worker_files[layout.worker_index])} of "
+              f"{len(corpus.files('train'))} shards (batches of <= {train_data.batching.batch_tokens} tokens per "
+              f"replica)", flush=True)
+    else:
+        train = prepare_pairs(train_pairs.sources, train_pairs.targets, tokenizer, config.max_length,
+                              args.length_policy)
+        print(f"      train: {train.report.summary()}", flush=True)
+        # In memory (Multi30k's size): reshuffled at every epoch by tf.data, as before the prepared path existed.
+        train_data = make_dataset(train, shuffle=True, seed=args.seed, **batching)
+        if val_pairs is not None:
+            val = prepare_pairs(val_pairs.sources, val_pairs.targets, tokenizer, config.max_length,
+                                args.length_policy)
+            val_ds = make_dataset(val, shuffle=False, **batching)
 
     print(
         f"training preset {args.preset!r} (N={config.num_layers}, d_model={config.d_model}, h={config.num_heads}, "
@@ -226,7 +360,7 @@ def _train(args: argparse.Namespace):
     start = time.monotonic()
     history = fit(
         model,
-        train_ds,
+        train_data,
         model_dir=out,
         epochs=args.epochs,
         validation_data=val_ds,
@@ -285,6 +419,25 @@ def _say_what_a_rerun_does(args: argparse.Namespace, out: pathlib.Path) -> bool:
         flush=True,
     )
     return False
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from keras_transformer.data.prepare import prepare_corpus
+
+    train, valid = _corpus_sources(args)
+    try:
+        corpus = prepare_corpus(
+            args.output_dir, train, valid, vocabulary=args.vocab, vocab_size=args.vocab_size,
+            vocab_sample_size=args.vocab_sample_size, max_length=args.max_length, length_policy=args.length_policy,
+            num_shards=args.num_shards, processes=args.processes, force=args.force,
+            log=lambda line: print(line, flush=True),
+        )
+    except RuntimeError as error:  # TFDS not prepared and no network, or a tokenizing process died
+        raise CliError(str(error)) from error
+    for split in corpus.splits:
+        print(f"{split}: {corpus.summary(split)}", flush=True)
+    print(f"train with: keras-transformer train --prepared-dir {corpus.directory} --model-dir DIR ...", flush=True)
+    return 0
 
 
 def _average_into(model, model_dir: pathlib.Path, last: int) -> list[str] | None:
@@ -781,7 +934,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_training_flags(p, epochs: int, minutes: float, average_last: int):
         p.add_argument("--preset", default="small", help="model preset: tiny, small, base, big (default: small)")
-        p.add_argument("--vocab-size", type=int, default=8000, help="shared SentencePiece vocabulary size (default 8000)")
+        p.add_argument(
+            "--vocab-size", type=int, default=None,
+            help="shared SentencePiece vocabulary size (default 8000, or the --prepared-dir folder's)",
+        )
         p.add_argument("--batch-tokens", type=int, default=None, help="tokens per batch (default: the preset's)")
         p.add_argument("--warmup-steps", type=int, default=None, help="Eq. 3 warmup (default: the preset's)")
         p.add_argument("--dropout-rate", type=float, default=None, help="P_drop (default: the preset's)")
@@ -837,11 +993,61 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--num-examples", type=int, default=5, help="test sentences to print (default 5)")
     run.set_defaults(func=_run)
 
+    def add_prepare_flags(p, prepare_command: bool):
+        default = "" if prepare_command else ", when train prepares the folder"
+        p.add_argument(
+            "--vocab-sample-size", type=int, default=None,
+            help="most sentences (both sides) a new vocabulary is trained on, a seeded uniform sample as "
+            f"SentencePiece's input_sentence_size (default: the folder's, else 1,000,000{default})",
+        )
+        p.add_argument(
+            "--num-shards", type=int, default=None,
+            help="training shards; write a multiple of the workers that will read them (default: the folder's, "
+            f"else 32{default})",
+        )
+        p.add_argument(
+            "--processes", type=int, default=None,
+            help=f"tokenizing processes (default: the CPU cores, here {os.cpu_count()}{default})",
+        )
+
     train = sub.add_parser("train", help="train a vocabulary and a model (resumes when re-run after a kill)")
     train.add_argument("--model-dir", required=True, help="vocabulary, config, checkpoints, logs and model.keras (required)")
     add_data_flags(train, files=True)
     add_training_flags(train, epochs=20, minutes=0.0, average_last=0)
+    train.add_argument(
+        "--prepared-dir",
+        help="stream the training data from this prepared folder (see `prepare`): prepared first if needed, and "
+        "again when the sources, the vocabulary, --max-length or --length-policy changed; without data flags, "
+        "the sources it was prepared from (default: none, the data is tokenized into memory at every start)",
+    )
+    train.add_argument(
+        "--shuffle-buffer-size", type=int, default=100_000,
+        help="with --prepared-dir: records per shuffle block of each worker (default 100000)",
+    )
+    add_prepare_flags(train, prepare_command=False)
     train.set_defaults(func=_cmd_train)
+
+    prep = sub.add_parser(
+        "prepare", help="tokenize a corpus once into id shards with a manifest, for train --prepared-dir"
+    )
+    prep.add_argument("--output-dir", required=True, help="the prepared folder (reused when it already matches)")
+    add_data_flags(prep, files=True)
+    prep.add_argument("--vocab", help="an existing SentencePiece model to use (default: train one, or keep the "
+                                      "folder's)")
+    prep.add_argument(
+        "--vocab-size", type=int, default=None, help="size of a trained vocabulary (default: the folder's, else 8000)"
+    )
+    prep.add_argument(
+        "--max-length", type=int, default=256,
+        help="longest kept sequence in tokens, EOS included; use the model's (default 256: the base and big presets')",
+    )
+    prep.add_argument(
+        "--length-policy", choices=("drop", "truncate"), default="drop",
+        help="what to do with pairs longer than --max-length (counted either way; default drop)",
+    )
+    add_prepare_flags(prep, prepare_command=True)
+    prep.add_argument("--force", action="store_true", help="prepare again even when the folder matches")
+    prep.set_defaults(func=_cmd_prepare)
 
     average = sub.add_parser("average-checkpoints", help="average the last N checkpoints (Section 6.1)")
     average.add_argument("--model-dir", required=True, help="the --model-dir of train (or --output-dir of run; required)")

@@ -580,3 +580,67 @@ def test_sampling_from_an_export_without_the_sample_signature_fails_before_loadi
     assert main(["translate", "--model", str(export), "--input", str(source), "--sampling-topp", "0.9"]) == 2
     err = capsys.readouterr().err
     assert f"the SavedModel {export} was exported without the `sample` signature (signatures: greedy, " in err
+
+
+def _cli(*args, env, timeout=600):
+    result = subprocess.run([sys.executable, "-m", "keras_transformer.cli", *map(str, args)], env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_prepare_then_train_streams_and_prepares_again_when_the_source_changes(tmp_path, multi30k_dir, capsys):
+    """`prepare` writes shards and a manifest; `train --prepared-dir` reuses them, and re-prepares after an edit."""
+    import gzip
+
+    data = tmp_path / "data"
+    data.mkdir()
+    en = (multi30k_dir / "train.en").read_text(encoding="utf-8").splitlines()[:300]
+    de = (multi30k_dir / "train.de").read_text(encoding="utf-8").splitlines()[:300]
+    (data / "train.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+    with gzip.open(data / "train.de.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(de) + "\n")
+    for lang in ("en", "de"):
+        lines = (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:30]
+        (data / f"val.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(multi30k_dir.parent))
+    prepared, model_dir = tmp_path / "prepared", tmp_path / "model"
+    data_flags = ["--train-source", data / "train.en", "--train-target", data / "train.de.gz",
+                  "--valid-source", data / "val.en", "--valid-target", data / "val.de"]
+
+    prepare = ["prepare", "--output-dir", prepared, *data_flags, "--vocab-size", 300, "--max-length", 32,
+               "--num-shards", 2, "--processes", 1]
+    assert main(list(map(str, prepare))) == 0
+    out = capsys.readouterr().out
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    kept, dropped = train["lengths"]["kept"], train["lengths"]["dropped"]
+    assert kept + dropped == 300 and sum(s["pairs"] for s in train["shards"]) == kept
+    assert f"train: {kept} pairs in 2 shard(s)" in out
+    assert [s["file"] for s in train["shards"]] == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    assert manifest["splits"]["valid"]["lengths"]["pairs"] == 30
+    stamps = [os.stat(prepared / s["file"]).st_mtime_ns for s in train["shards"]]
+    assert main(list(map(str, prepare))) == 0  # the same command again: nothing to do
+    assert "reusing the prepared data" in capsys.readouterr().out
+    assert [os.stat(prepared / s["file"]).st_mtime_ns for s in train["shards"]] == stamps
+
+    # Without data flags, train checks the folder against the files it was prepared from and streams it.
+    out = _cli("train", "--prepared-dir", prepared, "--model-dir", model_dir, "--preset", "tiny", "--epochs", 1,
+               "--batch-tokens", 512, env=env)
+    assert "reusing the prepared data" in out
+    assert "worker 1 of 1 reads 2 of 2 shards (batches of <= 512 tokens per replica)" in out
+    assert (model_dir / "spm.model").read_bytes() == (prepared / "spm.model").read_bytes()
+    steps = int(out.split("streaming ")[1].split(" steps per epoch")[0])
+    state = json.loads((model_dir / "checkpoints" / "state.json").read_text())
+    assert (state["epoch"], state["batch"], state["step"]) == (1, 0, steps)
+
+    # An edited source: prepared again (with the model's vocabulary), and training continues for epoch 2.
+    en[0] = "A zebra is reading a newspaper."
+    (data / "train.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+    out = _cli("train", "--prepared-dir", prepared, "--model-dir", model_dir, *data_flags, "--preset", "tiny",
+               "--epochs", 2, "--batch-tokens", 512, env=env)
+    assert f"preparing {prepared} again: the train source changed (size" in out and "using the given vocabulary" in out
+    assert json.loads((prepared / "manifest.json").read_text())["vocabulary"]["sha256"] == manifest["vocabulary"][
+        "sha256"]
+    state = json.loads((model_dir / "checkpoints" / "state.json").read_text())
+    assert state["epoch"] == 2 and state["step"] > steps

@@ -1,61 +1,64 @@
-"""Data: shared SentencePiece vocabulary, parallel text sources, tf.data pipeline.
+"""Data: shared SentencePiece vocabulary, parallel text sources, tf.data pipelines.
 
 Text flows one way (Section 5.1 of "Attention Is All You Need"): parallel text
 (:mod:`~keras_transformer.data.sources`) -> shared subword ids
 (:mod:`~keras_transformer.data.tokenizer`, Section 3.4) -> length-bucketed token
-batches (:mod:`~keras_transformer.data.pipeline`).
+batches, either in memory (:mod:`~keras_transformer.data.pipeline`, corpora of
+Multi30k's size) or prepared once into id shards on disk and streamed
+(:mod:`~keras_transformer.data.prepare`, :mod:`~keras_transformer.data.streaming`,
+WMT's size).
+
+Names are imported on first use (PEP 562), so that the tokenizing worker
+processes of :func:`~keras_transformer.data.prepare.prepare_corpus` start
+without TensorFlow.
 """
 
-from keras_transformer.data.pipeline import (
-    LengthReport,
-    PreparedPairs,
-    bucket_widths,
-    count_real_tokens,
-    dataset_statistics,
-    make_dataset,
-    make_pair_dataset,
-    prepare_pairs,
-)
-from keras_transformer.data.sources import (
-    ParallelText,
-    ReadReport,
-    default_data_dir,
-    load_multi30k,
-    load_tfds_translation,
-    read_parallel_files,
-    read_tsv_pairs,
-)
-from keras_transformer.data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    SubwordTokenizer,
-    read_tokenizer_options,
-    train_sentencepiece,
-)
+import importlib as _importlib
 
-__all__ = [
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
-    "UNK_ID",
-    "LengthReport",
-    "ParallelText",
-    "PreparedPairs",
-    "ReadReport",
-    "SubwordTokenizer",
-    "bucket_widths",
-    "count_real_tokens",
-    "dataset_statistics",
-    "default_data_dir",
-    "load_multi30k",
-    "load_tfds_translation",
-    "make_dataset",
-    "make_pair_dataset",
-    "prepare_pairs",
-    "read_parallel_files",
-    "read_tsv_pairs",
-    "read_tokenizer_options",
-    "train_sentencepiece",
-]
+# Public name -> module.
+_EXPORTS = {
+    "LengthReport": "pipeline",
+    "PreparedPairs": "pipeline",
+    "bucket_widths": "pipeline",
+    "count_real_tokens": "pipeline",
+    "dataset_statistics": "pipeline",
+    "make_dataset": "pipeline",
+    "make_epoch_batches": "pipeline",
+    "make_pair_dataset": "pipeline",
+    "prepare_pairs": "pipeline",
+    "EpochBatches": "epochs",
+    "CorpusSource": "prepare",
+    "PreparedCorpus": "prepare",
+    "PreparedDataError": "prepare",
+    "open_prepared": "prepare",
+    "prepare_corpus": "prepare",
+    "make_streaming_batches": "streaming",
+    "ParallelText": "sources",
+    "ReadReport": "sources",
+    "default_data_dir": "sources",
+    "iter_parallel_files": "sources",
+    "iter_tfds_pairs": "sources",
+    "iter_tsv_pairs": "sources",
+    "load_multi30k": "sources",
+    "load_tfds_translation": "sources",
+    "multi30k_files": "sources",
+    "read_parallel_files": "sources",
+    "read_tsv_pairs": "sources",
+    "BOS_ID": "tokenizer",
+    "EOS_ID": "tokenizer",
+    "PAD_ID": "tokenizer",
+    "UNK_ID": "tokenizer",
+    "SubwordTokenizer": "tokenizer",
+    "read_tokenizer_options": "tokenizer",
+    "train_sentencepiece": "tokenizer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(_importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

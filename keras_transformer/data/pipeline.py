@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.data.epochs import EpochBatches, stateless_order
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 
 __all__ = [
@@ -51,6 +52,9 @@ __all__ = [
     "bucket_widths",
     "make_pair_dataset",
     "make_dataset",
+    "make_epoch_batches",
+    "Batching",
+    "MemoryEpochBatches",
     "count_real_tokens",
     "dataset_statistics",
 ]
@@ -325,6 +329,129 @@ def _fixed_rows(rows: int, num_replicas: int) -> int:
     return max(rows // num_replicas, 1) * num_replicas
 
 
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """How pairs become batches: the checked settings shared by the in-memory and the streaming pipelines.
+
+    Attributes:
+        widths: padding widths / bucket upper bounds, strictly increasing.
+        sizes: pairs per full batch of each bucket (``len(widths)`` entries for
+            token batches, one entry for fixed ``batch_size`` batches).
+        batch_tokens: the token budget, or ``None`` for fixed batches.
+        padding: ``"bucket"``, ``"batch"`` or ``"fixed"``.
+    """
+
+    widths: tuple[int, ...]
+    sizes: tuple[int, ...]
+    batch_tokens: int | None
+    padding: str
+
+    @classmethod
+    def make(
+        cls,
+        longest: int,
+        batch_tokens: int | None = None,
+        batch_size: int | None = None,
+        widths: Sequence[int] | None = None,
+        padding: str = "bucket",
+        num_replicas: int = 1,
+    ) -> "Batching":
+        """Checks the settings of :func:`make_dataset` (see there) for sequences of at most ``longest`` tokens.
+
+        Raises:
+            ValueError: as :func:`make_dataset`.
+        """
+        if (batch_tokens is None) == (batch_size is None):
+            raise ValueError("give exactly one of batch_tokens (token batches) or batch_size (fixed batches)")
+        if padding not in PADDING_MODES:
+            raise ValueError(f"padding must be one of {PADDING_MODES}, got {padding!r}")
+        if not isinstance(num_replicas, int) or num_replicas < 1:
+            raise ValueError(f"num_replicas must be a positive integer, got {num_replicas!r}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size!r}")
+        longest = max(int(longest), 1)
+        if widths is None:
+            widths = bucket_widths(longest, min_width=min(8, longest))
+        widths = [int(w) for w in widths]
+        if any(b <= a for a, b in zip(widths, widths[1:])) or widths[0] < 1:
+            raise ValueError(f"widths must be positive and strictly increasing, got {widths}")
+        if widths[-1] < longest:
+            raise ValueError(f"the largest width {widths[-1]} is shorter than the longest prepared sequence ({longest})")
+        if batch_tokens is not None:
+            if batch_tokens < widths[-1]:
+                raise ValueError(
+                    f"batch_tokens={batch_tokens} is smaller than the largest width {widths[-1]}: "
+                    "a batch could not hold one pair"
+                )
+            sizes = [batch_tokens // w for w in widths]
+            if padding == "fixed":
+                sizes = [_fixed_rows(size, num_replicas) for size in sizes]
+        else:
+            sizes = [batch_size]
+        return cls(tuple(widths), tuple(sizes), batch_tokens, padding)
+
+    def bucket_of(self, longest: np.ndarray) -> np.ndarray:
+        """Bucket of each pair from ``max(len(source), len(target))`` (``int64`` numpy), all 0 for fixed batches."""
+        if self.batch_tokens is None:
+            return np.zeros(np.shape(longest), np.int64)
+        return np.searchsorted(np.asarray(self.widths), longest, side="left").astype(np.int64)
+
+    def batches_per_epoch(self, bucket_counts: np.ndarray, drop_remainder: bool = False) -> int:
+        """Batches an epoch emits for ``bucket_counts`` pairs per bucket, whatever their order.
+
+        Every bucket emits ``ceil(count / size)`` batches (``floor`` with
+        ``drop_remainder``): the full ones as they fill, the last one at the
+        end of the epoch.
+        """
+        counts = np.asarray(bucket_counts, np.int64)
+        sizes = np.asarray(self.sizes, np.int64)
+        return int((counts // sizes).sum() if drop_remainder else (-(-counts // sizes)).sum())
+
+    def finish(self, source: tf.Tensor, target_out: tf.Tensor, key: tf.Tensor):
+        """0-padded ``[B, S]`` sources and ``[B, T]`` targets (pieces + EOS) of bucket ``key`` -> model inputs.
+
+        Pads each side as :attr:`padding` says and builds ``target_in`` by
+        shifting ``target_out`` right (Section 3.1).
+
+        Returns:
+            ``((source_ids, target_in_ids), target_out_ids)``, ``int32``.
+        """
+        widths_t = tf.constant(self.widths, tf.int32)
+        if self.padding == "bucket":
+            source = _pad_to_width(source, widths_t)
+            target_out = _pad_to_width(target_out, widths_t)
+        elif self.padding == "fixed":
+            if self.batch_tokens is not None:
+                width = tf.gather(widths_t, key)
+            else:
+                longest_in_batch = tf.maximum(tf.shape(source)[1], tf.shape(target_out)[1])
+                index = tf.searchsorted(widths_t, tf.reshape(longest_in_batch, [1]), side="left")[0]
+                width = tf.gather(widths_t, tf.minimum(index, len(self.widths) - 1))
+            rows = tf.gather(tf.constant(self.sizes, tf.int32), key)
+
+            def to_shape(ids):  # all-0 rows and columns (target_in of a padding row is all 0 too)
+                shape = tf.shape(ids)
+                return tf.pad(ids, [[0, rows - shape[0]], [0, width - shape[1]]], constant_values=PAD_ID)
+
+            target_in = _shift_right(target_out)
+            return (to_shape(source), to_shape(target_in)), to_shape(target_out)
+        return (source, _shift_right(target_out)), target_out
+
+    def empty_batch(self):
+        """An all-padding batch (no real token: it adds nothing to the loss or its gradients).
+
+        Used to give every worker the same number of steps. Its shape is one
+        the pipeline emits anyway: ``[sizes[0], widths[0]]`` with
+        ``padding="fixed"``, else ``[1, widths[0]]``.
+
+        Returns:
+            ``((source_ids, target_in_ids), target_out_ids)``, all 0, ``int32``.
+        """
+        rows = self.sizes[0] if self.padding == "fixed" else 1
+        zeros = tf.zeros([rows, self.widths[0]], tf.int32)
+        return (zeros, zeros), zeros
+
+
 def make_dataset(
     prepared: PreparedPairs,
     batch_tokens: int | None = None,
@@ -339,6 +466,7 @@ def make_dataset(
     drop_remainder: bool = False,
     prefetch: bool = True,
     num_replicas: int = 1,
+    epoch: int | None = None,
 ) -> tf.data.Dataset:
     """Batched training/evaluation data (Section 5.1: batches by approximate length).
 
@@ -352,8 +480,16 @@ def make_dataset(
 
     The batches of an epoch are planned at once from a shuffled index
     permutation (the same batches, in the same order, as
-    ``shuffle(...).group_by_window(...)`` over the pairs), then each batch is
-    gathered from the in-memory ids in one vectorized op.
+    ``shuffle(...).group_by_window(...)`` over the pairs in that order), then
+    each batch is gathered from the in-memory ids in one vectorized op.
+
+    Which permutation: with ``epoch=None`` a new one at every iteration of the
+    dataset (``tf.data``'s ``reshuffle_each_iteration``; a restarted process
+    starts again from the first); with ``epoch=e`` the permutation of epoch
+    ``e``, a function of ``(seed, e)`` only
+    (:func:`~keras_transformer.data.epochs.stateless_order`; with
+    ``shuffle_buffer_size`` pairs move only within windows of that size).
+    :func:`make_epoch_batches` gives every epoch this way, for exact resumption.
 
     Shapes per epoch (what XLA compiles for): ``"batch"`` up to one per batch;
     ``"bucket"`` a few per width (source and target widths differ and last
@@ -376,7 +512,7 @@ def make_dataset(
             sequence of the batch; ``"fixed"``: both sides to the bucket's
             width and the rows to the bucket's batch size (one shape per
             bucket, for XLA).
-        shuffle: shuffle pairs (seeded, reshuffled each epoch).
+        shuffle: shuffle pairs (seeded).
         seed: shuffle seed.
         shuffle_buffer_size: default: all pairs (a full shuffle).
         cache: accepted for compatibility; has no effect (the ids already
@@ -387,6 +523,8 @@ def make_dataset(
         prefetch: add ``prefetch(AUTOTUNE)``.
         num_replicas: with ``padding="fixed"``, batch sizes are multiples of
             it (equal per-replica shapes under a ``tf.distribute`` strategy).
+        epoch: ``None`` (reshuffle at every iteration) or the 0-based epoch
+            whose permutation to use.
 
     Returns:
         A finite ``tf.data.Dataset`` of ``((source_ids [B,S] int32,
@@ -400,88 +538,141 @@ def make_dataset(
             ``num_replicas < 1``.
     """
     del cache  # see Args
-    if (batch_tokens is None) == (batch_size is None):
-        raise ValueError("give exactly one of batch_tokens (token batches) or batch_size (fixed batches)")
-    if padding not in PADDING_MODES:
-        raise ValueError(f"padding must be one of {PADDING_MODES}, got {padding!r}")
-    if not isinstance(num_replicas, int) or num_replicas < 1:
-        raise ValueError(f"num_replicas must be a positive integer, got {num_replicas!r}")
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size!r}")
-    num_pairs = len(prepared)
-    source_lengths = prepared.source_ids.row_lengths().numpy()
-    target_lengths = prepared.target_ids.row_lengths().numpy()
-    longest = max(int(source_lengths.max()) if num_pairs else 1, int(target_lengths.max()) if num_pairs else 1)
-    if widths is None:
-        widths = bucket_widths(max(longest, 1), min_width=min(8, longest))
-    widths = [int(w) for w in widths]
-    if any(b <= a for a, b in zip(widths, widths[1:])) or widths[0] < 1:
-        raise ValueError(f"widths must be positive and strictly increasing, got {widths}")
-    if widths[-1] < longest:
-        raise ValueError(f"the largest width {widths[-1]} is shorter than the longest prepared sequence ({longest})")
-    widths_t = tf.constant(widths, tf.int32)
-
-    if batch_tokens is not None:
-        if batch_tokens < widths[-1]:
-            raise ValueError(
-                f"batch_tokens={batch_tokens} is smaller than the largest width {widths[-1]}: "
-                "a batch could not hold one pair"
-            )
-        sizes = [batch_tokens // w for w in widths]
-        if padding == "fixed":
-            sizes = [_fixed_rows(size, num_replicas) for size in sizes]
-        pair_longest = np.maximum(source_lengths, target_lengths)
-        bucket_of = np.searchsorted(np.asarray(widths), pair_longest, side="left").astype(np.int64)
+    planner = _Planner(prepared, batch_tokens, batch_size, widths, padding, shuffle, seed, shuffle_buffer_size,
+                       deterministic, drop_remainder, num_replicas)
+    if epoch is None:
+        order = tf.data.Dataset.range(planner.num_pairs)
+        if shuffle:
+            buffer = shuffle_buffer_size or max(planner.num_pairs, 1)
+            order = order.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        # One element per epoch: the arrival order of the pairs (the permutation
+        # shuffle(...) would apply to them, fresh each epoch).
+        dataset = planner.batches(order.batch(max(planner.num_pairs, 1)))
     else:
-        sizes = [batch_size]
-        bucket_of = np.zeros([num_pairs], np.int64)
-    sizes_t = tf.constant(sizes, tf.int64)
-    bucket_of_t = tf.constant(bucket_of, tf.int64)
-    source_ids, target_ids = prepared.source_ids, prepared.target_ids
-
-    # One element per epoch: the arrival order of the pairs (the permutation
-    # shuffle(...) would apply to them, fresh each epoch).
-    order = tf.data.Dataset.range(num_pairs)
-    if shuffle:
-        buffer = shuffle_buffer_size or max(num_pairs, 1)
-        order = order.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    order = order.batch(max(num_pairs, 1))
-    dataset = order.flat_map(
-        lambda permutation: tf.data.Dataset.from_tensor_slices(
-            _batch_plan(permutation, bucket_of_t, sizes_t, drop_remainder)
-        )
-    )
-
-    def to_model_inputs(indices, key):
-        source = tf.gather(source_ids, indices).to_tensor(default_value=PAD_ID)
-        target_out = tf.gather(target_ids, indices).to_tensor(default_value=PAD_ID)
-        if padding == "bucket":
-            source = _pad_to_width(source, widths_t)
-            target_out = _pad_to_width(target_out, widths_t)
-        elif padding == "fixed":
-            if batch_tokens is not None:
-                width = tf.gather(widths_t, key)
-            else:
-                longest_in_batch = tf.maximum(tf.shape(source)[1], tf.shape(target_out)[1])
-                index = tf.searchsorted(widths_t, tf.reshape(longest_in_batch, [1]), side="left")[0]
-                width = tf.gather(widths_t, tf.minimum(index, len(widths) - 1))
-            rows = tf.cast(tf.gather(sizes_t, key), tf.int32)
-
-            def to_shape(ids):  # all-0 rows and columns (target_in of a padding row is all 0 too)
-                shape = tf.shape(ids)
-                return tf.pad(ids, [[0, rows - shape[0]], [0, width - shape[1]]], constant_values=PAD_ID)
-
-            target_in = _shift_right(target_out)
-            return (to_shape(source), to_shape(target_in)), to_shape(target_out)
-        return (source, _shift_right(target_out)), target_out
-
-    dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    dataset = dataset.with_options(options)
+        dataset = planner.epoch(tf.constant(epoch, tf.int64))
     if prefetch:
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
     return dataset
+
+
+class _Planner:
+    """The in-memory ids and the checked batching of :func:`make_dataset`."""
+
+    def __init__(self, prepared, batch_tokens, batch_size, widths, padding, shuffle, seed, shuffle_buffer_size,
+                 deterministic, drop_remainder, num_replicas):
+        self.num_pairs = len(prepared)
+        source_lengths = prepared.source_ids.row_lengths().numpy()
+        target_lengths = prepared.target_ids.row_lengths().numpy()
+        pair_longest = np.maximum(source_lengths, target_lengths)
+        longest = int(pair_longest.max()) if self.num_pairs else 1
+        self.batching = Batching.make(longest, batch_tokens, batch_size, widths, padding, num_replicas)
+        bucket_of = self.batching.bucket_of(pair_longest)
+        self.bucket_counts = np.bincount(bucket_of, minlength=len(self.batching.sizes))
+        self.bucket_of = tf.constant(bucket_of, tf.int64)
+        self.sizes = tf.constant(self.batching.sizes, tf.int64)
+        self.source_ids, self.target_ids = prepared.source_ids, prepared.target_ids
+        self.shuffle, self.seed, self.window = shuffle, int(seed), shuffle_buffer_size
+        self.deterministic, self.drop_remainder = deterministic, drop_remainder
+
+    def batches(self, permutations: tf.data.Dataset) -> tf.data.Dataset:
+        """One epoch of batches per element of ``permutations`` (``[N]`` ``int64`` arrival orders)."""
+        dataset = permutations.flat_map(
+            lambda permutation: tf.data.Dataset.from_tensor_slices(
+                _batch_plan(permutation, self.bucket_of, self.sizes, self.drop_remainder)
+            )
+        )
+        batching, source_ids, target_ids = self.batching, self.source_ids, self.target_ids
+
+        def to_model_inputs(indices, key):
+            source = tf.gather(source_ids, indices).to_tensor(default_value=PAD_ID)
+            target_out = tf.gather(target_ids, indices).to_tensor(default_value=PAD_ID)
+            return batching.finish(source, target_out, key)
+
+        dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=self.deterministic)
+        options = tf.data.Options()
+        options.deterministic = self.deterministic
+        return dataset.with_options(options)
+
+    def permutation(self, epoch: tf.Tensor) -> tf.Tensor:
+        """The arrival order of epoch ``epoch``: a function of ``(seed, epoch)`` only."""
+        n = tf.constant(self.num_pairs, tf.int64)
+        if not self.shuffle:
+            return tf.range(n, dtype=tf.int64)
+        seed = tf.stack([tf.constant(self.seed, tf.int64), tf.cast(epoch, tf.int64)])
+        return stateless_order(n, seed, self.window)
+
+    def epoch(self, epoch: tf.Tensor) -> tf.data.Dataset:
+        """The batches of ``epoch`` (scalar ``int64`` tensor)."""
+        return self.batches(tf.data.Dataset.from_tensors(epoch).map(self.permutation))
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.batching.batches_per_epoch(self.bucket_counts, self.drop_remainder)
+
+
+def make_epoch_batches(
+    prepared: PreparedPairs,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    widths: Sequence[int] | None = None,
+    padding: str = "bucket",
+    shuffle: bool = True,
+    seed: int = 0,
+    shuffle_buffer_size: int | None = None,
+    drop_remainder: bool = False,
+    num_replicas: int = 1,
+) -> "MemoryEpochBatches":
+    """Every epoch's in-memory batches, each from ``(seed, epoch)``: the training data of :func:`~keras_transformer.training.trainer.fit`.
+
+    Epoch ``e`` is ``make_dataset(prepared, ..., epoch=e)``; the arguments
+    are :func:`make_dataset`'s. The batches are global: the strategy splits
+    each across its replicas.
+
+    Returns:
+        A :class:`MemoryEpochBatches` (an
+        :class:`~keras_transformer.data.epochs.EpochBatches`).
+
+    Raises:
+        ValueError: as :func:`make_dataset`, or when the epoch would have no
+            batch.
+    """
+    return MemoryEpochBatches(
+        _Planner(prepared, batch_tokens, batch_size, widths, padding, shuffle, seed, shuffle_buffer_size,
+                 True, drop_remainder, num_replicas)
+    )
+
+
+class MemoryEpochBatches(EpochBatches):
+    """In-memory batches of every epoch (see :func:`make_epoch_batches`).
+
+    Args:
+        planner: the checked ids and batching (internal).
+
+    Raises:
+        ValueError: when an epoch would have no batch.
+    """
+
+    per_replica = False
+
+    def __init__(self, planner: _Planner):
+        self._planner = planner
+        self._steps = planner.batches_per_epoch
+        if self._steps < 1:
+            raise ValueError(f"no training batch: {planner.num_pairs} pairs give no batch per epoch")
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Global batches per epoch (``sum_w ceil(pairs_w / B_w)`` over the buckets)."""
+        return self._steps
+
+    @property
+    def batching(self) -> Batching:
+        """The :class:`Batching`."""
+        return self._planner.batching
+
+    def epoch_dataset(self, epoch: tf.Tensor, worker_index: int = 0) -> tf.data.Dataset:
+        """The global batches of ``epoch`` (``worker_index`` is ignored: the strategy shards them)."""
+        return self._planner.epoch(epoch)
 
 
 def count_real_tokens(ids: tf.Tensor) -> tf.Tensor:

@@ -35,10 +35,15 @@ from typing import Any
 __all__ = [
     "ParallelText",
     "ReadReport",
+    "iter_parallel_files",
+    "iter_tsv_pairs",
+    "iter_tfds_pairs",
     "read_parallel_files",
     "read_tsv_pairs",
     "load_multi30k",
+    "multi30k_files",
     "load_tfds_translation",
+    "tfds_translation_builder",
     "default_data_dir",
     "MULTI30K_URL",
     "MULTI30K_FILES",
@@ -160,38 +165,47 @@ def _skip_or_raise(report: ReadReport, on_error: str, counter: str, message: str
         report.examples.append(message)
 
 
-def read_parallel_files(
+def iter_parallel_files(
     source_path: str | os.PathLike,
     target_path: str | os.PathLike,
+    report: ReadReport,
     on_error: str = "raise",
     max_pairs: int | None = None,
-) -> ParallelText:
-    """Reads two aligned files, line i of one translating line i of the other.
+) -> Iterator[tuple[str, str]]:
+    """Streams the pairs of two aligned files without holding them in memory.
+
+    The same rules as :func:`read_parallel_files` (which collects this
+    generator), for corpora too large for memory (WMT14: 4.5M pairs): lines
+    are read and checked one at a time, and ``report`` is updated as they go
+    (``pairs_kept`` counts the pairs yielded so far).
 
     Args:
         source_path: source-language file, UTF-8, one sentence per line
             (``.gz`` is decompressed).
         target_path: target-language file, same format and line count.
+        report: the :class:`ReadReport` to update.
         on_error: ``"raise"`` or ``"skip"`` (see module docstring).
         max_pairs: read only the first this many lines (no count check then).
 
-    Returns:
-        :class:`ParallelText` with sentences stripped of surrounding whitespace.
+    Yields:
+        ``(source, target)`` sentences stripped of surrounding whitespace.
 
     Raises:
-        FileNotFoundError: naming a missing file.
+        FileNotFoundError: naming a missing file (before the first pair).
         ValueError: for mismatched line counts (naming both files and both
-            counts, in both modes), and with ``on_error="raise"`` for an empty
-            line on either side or invalid UTF-8 (naming file and line).
+            counts, in both modes; raised when the shorter file ends), and
+            with ``on_error="raise"`` for an empty line on either side or
+            invalid UTF-8 (naming file and line).
     """
     _check_on_error(on_error)
     src, tgt = os.fspath(source_path), os.fspath(target_path)
     for p in (src, tgt):
         if not os.path.exists(p):
             raise FileNotFoundError(f"parallel data file not found: {p}")
-    report = ReadReport(source=f"{src} | {tgt}")
-    sources: list[str] = []
-    targets: list[str] = []
+    return _iter_parallel_files(src, tgt, report, on_error, max_pairs)
+
+
+def _iter_parallel_files(src, tgt, report, on_error, max_pairs):
     src_lines, tgt_lines = _lines(src), _lines(tgt)
     number = 0
     while max_pairs is None or number < max_pairs:
@@ -219,10 +233,110 @@ def read_parallel_files(
                 report, on_error, "skipped_empty", f"{' and '.join(empty)}:{number}: empty line in a parallel pair"
             )
             continue
-        sources.append(text_a)
-        targets.append(text_b)
+        report.pairs_kept += 1
+        yield text_a, text_b
+
+
+def _collect(report: ReadReport, pairs: Iterator[tuple[str, str]]) -> ParallelText:
+    sources: list[str] = []
+    targets: list[str] = []
+    for a, b in pairs:
+        sources.append(a)
+        targets.append(b)
     report.pairs_kept = len(sources)
     return ParallelText(sources, targets, report)
+
+
+def read_parallel_files(
+    source_path: str | os.PathLike,
+    target_path: str | os.PathLike,
+    on_error: str = "raise",
+    max_pairs: int | None = None,
+) -> ParallelText:
+    """Reads two aligned files, line i of one translating line i of the other.
+
+    Args:
+        source_path: source-language file, UTF-8, one sentence per line
+            (``.gz`` is decompressed).
+        target_path: target-language file, same format and line count.
+        on_error: ``"raise"`` or ``"skip"`` (see module docstring).
+        max_pairs: read only the first this many lines (no count check then).
+
+    Returns:
+        :class:`ParallelText` with sentences stripped of surrounding whitespace.
+
+    Raises:
+        FileNotFoundError: naming a missing file.
+        ValueError: for mismatched line counts (naming both files and both
+            counts, in both modes), and with ``on_error="raise"`` for an empty
+            line on either side or invalid UTF-8 (naming file and line).
+    """
+    src, tgt = os.fspath(source_path), os.fspath(target_path)
+    report = ReadReport(source=f"{src} | {tgt}")
+    return _collect(report, iter_parallel_files(src, tgt, report, on_error, max_pairs))
+
+
+def iter_tsv_pairs(
+    path: str | os.PathLike,
+    report: ReadReport,
+    source_column: int = 0,
+    target_column: int = 1,
+    on_error: str = "raise",
+    delimiter: str = "\t",
+    max_pairs: int | None = None,
+) -> Iterator[tuple[str, str]]:
+    """Streams the pairs of a delimited file (the rules of :func:`read_tsv_pairs`, which collects it).
+
+    Args:
+        path: UTF-8 file (``.gz`` allowed), one pair per line.
+        report: the :class:`ReadReport` to update as lines are read.
+        source_column: 0-based column of the source sentence.
+        target_column: 0-based column of the target sentence.
+        on_error: ``"raise"`` or ``"skip"`` (see module docstring).
+        delimiter: field separator.
+        max_pairs: read only the first this many lines.
+
+    Yields:
+        ``(source, target)`` sentences, stripped.
+
+    Raises:
+        FileNotFoundError: naming a missing file (before the first pair).
+        ValueError: as :func:`read_tsv_pairs`.
+    """
+    _check_on_error(on_error)
+    if source_column == target_column:
+        raise ValueError(f"source_column and target_column must differ, both are {source_column}")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"parallel data file not found: {path}")
+    return _iter_tsv(path, report, source_column, target_column, on_error, delimiter, max_pairs)
+
+
+def _iter_tsv(path, report, source_column, target_column, on_error, delimiter, max_pairs):
+    needed = max(source_column, target_column) + 1
+    for number, raw in enumerate(_lines(path), start=1):
+        if max_pairs is not None and number > max_pairs:
+            break
+        report.pairs_read += 1
+        text, problem = _decode(raw, path, number)
+        if problem:
+            _skip_or_raise(report, on_error, "skipped_invalid_utf8", problem)
+            continue
+        fields = raw.decode("utf-8").split(delimiter)
+        if len(fields) < needed:
+            _skip_or_raise(
+                report,
+                on_error,
+                "skipped_bad_fields",
+                f"{path}:{number}: expected at least {needed} {delimiter!r}-separated fields, found {len(fields)}",
+            )
+            continue
+        a, b = fields[source_column].strip(), fields[target_column].strip()
+        if not a or not b:
+            _skip_or_raise(report, on_error, "skipped_empty", f"{path}:{number}: empty sentence in a pair")
+            continue
+        report.pairs_kept += 1
+        yield a, b
 
 
 def read_tsv_pairs(
@@ -251,37 +365,8 @@ def read_tsv_pairs(
         ValueError: with ``on_error="raise"``, naming file and line, for too
             few fields, an empty field or invalid UTF-8; for equal columns.
     """
-    _check_on_error(on_error)
-    if source_column == target_column:
-        raise ValueError(f"source_column and target_column must differ, both are {source_column}")
-    path = os.fspath(path)
-    report = ReadReport(source=path)
-    sources: list[str] = []
-    targets: list[str] = []
-    needed = max(source_column, target_column) + 1
-    for number, raw in enumerate(_lines(path), start=1):
-        report.pairs_read += 1
-        text, problem = _decode(raw, path, number)
-        if problem:
-            _skip_or_raise(report, on_error, "skipped_invalid_utf8", problem)
-            continue
-        fields = raw.decode("utf-8").split(delimiter)
-        if len(fields) < needed:
-            _skip_or_raise(
-                report,
-                on_error,
-                "skipped_bad_fields",
-                f"{path}:{number}: expected at least {needed} {delimiter!r}-separated fields, found {len(fields)}",
-            )
-            continue
-        a, b = fields[source_column].strip(), fields[target_column].strip()
-        if not a or not b:
-            _skip_or_raise(report, on_error, "skipped_empty", f"{path}:{number}: empty sentence in a pair")
-            continue
-        sources.append(a)
-        targets.append(b)
-    report.pairs_kept = len(sources)
-    return ParallelText(sources, targets, report)
+    report = ReadReport(source=os.fspath(path))
+    return _collect(report, iter_tsv_pairs(path, report, source_column, target_column, on_error, delimiter))
 
 
 # --------------------------------------------------------------------------- Multi30k
@@ -324,6 +409,71 @@ def _download_multi30k_file(remote: str, local_path: str, timeout: float) -> Non
     os.replace(tmp, local_path)
 
 
+def multi30k_files(
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    download: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    timeout: float = 30.0,
+) -> tuple[str, str]:
+    """The paths of a Multi30k split's two files, found (or downloaded) as :func:`load_multi30k` does.
+
+    Args:
+        split: ``"train"``, ``"val"`` or ``"test2016"`` (or an alias).
+        data_dir: folder holding ``multi30k/`` or the files themselves
+            (default: ``$KERAS_TRANSFORMER_DATA``).
+        source_lang: ``"en"`` or ``"de"``.
+        target_lang: the other one.
+        download: allow the download when the files are missing.
+        cache_dir: where downloads go (also searched).
+        timeout: seconds per download request.
+
+    Returns:
+        ``(source_path, target_path)``.
+
+    Raises:
+        ValueError: for an unknown split or language.
+        FileNotFoundError: when the files are missing and cannot be
+            downloaded; the message lists the exact files and the folders to
+            put them in.
+    """
+    split = _MULTI30K_ALIASES.get(split, split)
+    if split not in MULTI30K_FILES:
+        raise ValueError(f"unknown Multi30k split {split!r}; known: {sorted(MULTI30K_FILES)} (+ aliases)")
+    if {source_lang, target_lang} != {"en", "de"}:
+        raise ValueError(f"Multi30k has languages 'en' and 'de', got source {source_lang!r} target {target_lang!r}")
+    data_dir = os.fspath(data_dir) if data_dir is not None else default_data_dir()
+    cache_dir = os.fspath(cache_dir) if cache_dir is not None else _default_cache_dir()
+    local, remote = MULTI30K_FILES[split]
+    names = [f"{local}.{source_lang}", f"{local}.{target_lang}"]
+    searched = _multi30k_dir_candidates(data_dir) + [cache_dir]
+    for directory in searched:
+        if all(os.path.isfile(os.path.join(directory, n)) for n in names):
+            return os.path.join(directory, names[0]), os.path.join(directory, names[1])
+
+    problem = "download=False"
+    if download:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            for lang, name in zip((source_lang, target_lang), names):
+                target = os.path.join(cache_dir, name)
+                if not os.path.isfile(target):
+                    _download_multi30k_file(f"{remote}.{lang}", target, timeout)
+            return os.path.join(cache_dir, names[0]), os.path.join(cache_dir, names[1])
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            problem = f"download failed: {e}"
+    all_files = " ".join(f"{local}.{lang}" for local, _ in MULTI30K_FILES.values() for lang in ("en", "de"))
+    urls = ", ".join(MULTI30K_URL.format(name=remote, lang=lang) for lang in (source_lang, target_lang))
+    raise FileNotFoundError(
+        f"Multi30k split {split!r} not found: need the files {names[0]} and {names[1]} "
+        f"(UTF-8, one sentence per line, aligned) in one of: {', '.join(searched)}. ({problem}.) "
+        f"Put them there, e.g. gunzip {urls} to {cache_dir}/{names[0]} and {cache_dir}/{names[1]}, "
+        f"or pass data_dir / set ${DATA_ENV_VAR} to a folder holding multi30k/ with {all_files}."
+    )
+
+
 def load_multi30k(
     split: str = "train",
     data_dir: str | os.PathLike | None = None,
@@ -364,39 +514,8 @@ def load_multi30k(
         FileNotFoundError: when the files are missing and cannot be downloaded;
             the message lists the exact files and the folders to put them in.
     """
-    split = _MULTI30K_ALIASES.get(split, split)
-    if split not in MULTI30K_FILES:
-        raise ValueError(f"unknown Multi30k split {split!r}; known: {sorted(MULTI30K_FILES)} (+ aliases)")
-    if {source_lang, target_lang} != {"en", "de"}:
-        raise ValueError(f"Multi30k has languages 'en' and 'de', got source {source_lang!r} target {target_lang!r}")
-    data_dir = os.fspath(data_dir) if data_dir is not None else default_data_dir()
-    cache_dir = os.fspath(cache_dir) if cache_dir is not None else _default_cache_dir()
-    local, remote = MULTI30K_FILES[split]
-    names = [f"{local}.{source_lang}", f"{local}.{target_lang}"]
-    searched = _multi30k_dir_candidates(data_dir) + [cache_dir]
-    for directory in searched:
-        if all(os.path.isfile(os.path.join(directory, n)) for n in names):
-            return read_parallel_files(*(os.path.join(directory, n) for n in names), on_error=on_error)
-
-    problem = "download=False"
-    if download:
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            for lang, name in zip((source_lang, target_lang), names):
-                target = os.path.join(cache_dir, name)
-                if not os.path.isfile(target):
-                    _download_multi30k_file(f"{remote}.{lang}", target, timeout)
-            return read_parallel_files(*(os.path.join(cache_dir, n) for n in names), on_error=on_error)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            problem = f"download failed: {e}"
-    all_files = " ".join(f"{local}.{lang}" for local, _ in MULTI30K_FILES.values() for lang in ("en", "de"))
-    urls = ", ".join(MULTI30K_URL.format(name=remote, lang=lang) for lang in (source_lang, target_lang))
-    raise FileNotFoundError(
-        f"Multi30k split {split!r} not found: need the files {names[0]} and {names[1]} "
-        f"(UTF-8, one sentence per line, aligned) in one of: {', '.join(searched)}. ({problem}.) "
-        f"Put them there, e.g. gunzip {urls} to {cache_dir}/{names[0]} and {cache_dir}/{names[1]}, "
-        f"or pass data_dir / set ${DATA_ENV_VAR} to a folder holding multi30k/ with {all_files}."
-    )
+    source_path, target_path = multi30k_files(split, data_dir, source_lang, target_lang, download, cache_dir, timeout)
+    return read_parallel_files(source_path, target_path, on_error=on_error)
 
 
 # --------------------------------------------------------------------------- TFDS
@@ -411,6 +530,118 @@ def _network_available(url: str = "https://storage.googleapis.com", timeout: flo
         return True  # the server answered
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def tfds_translation_builder(
+    name: str,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = True,
+):
+    """The prepared TFDS builder of a translation dataset and its language keys.
+
+    Uses the prepared dataset in ``data_dir`` when there is one; otherwise
+    downloads and prepares it if ``download`` is true and the network is
+    reachable (WMT14 is several GB).
+
+    Args:
+        name: TFDS name with config, e.g. ``"wmt14_translate/de-en"``.
+        source_lang: feature key of the source (default: the config's first
+            language, e.g. ``de`` for ``de-en``, ``pt`` for ``pt_to_en``).
+        target_lang: feature key of the target (default: the other language).
+        data_dir: TFDS data directory (default: TFDS's own).
+        download: allow download_and_prepare when the data is not prepared.
+
+    Returns:
+        ``(builder, source_lang, target_lang)``.
+
+    Raises:
+        ImportError: when ``tensorflow_datasets`` is not installed.
+        RuntimeError: when the dataset is not prepared and cannot be
+            downloaded; the message says how to use local files instead.
+        ValueError: for unknown language keys.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:  # pragma: no cover - tfds is installed in the venv
+        raise ImportError("load_tfds_translation needs tensorflow_datasets (pip install tensorflow-datasets)") from e
+    data_dir = os.fspath(data_dir) if data_dir is not None else None
+    builder = tfds.builder(name, data_dir=data_dir)
+    keys = list(builder.info.features.keys())
+    if source_lang is None or target_lang is None:
+        config = name.split("/", 1)[1] if "/" in name else ""
+        order = [k for k in config.replace("_to_", "-").split("-") if k in keys] or keys
+        source_lang = source_lang or order[0]
+        target_lang = target_lang or next(k for k in order + keys if k != source_lang)
+    for lang in (source_lang, target_lang):
+        if lang not in keys:
+            raise ValueError(f"{name} has language features {keys}, not {lang!r}")
+
+    prepared = os.path.exists(os.path.join(os.fspath(builder.data_dir), "dataset_info.json"))
+    if not prepared:
+        how = (
+            "To train without TFDS, use local parallel files: read_parallel_files(source_path, target_path) "
+            "(CLI: --train-source/--train-target), read_tsv_pairs(path) or load_multi30k(data_dir=...); or prepare "
+            f"the dataset on a machine with network (`tfds build {name} --data_dir DIR`) and pass data_dir=DIR."
+        )
+        if not download:
+            raise RuntimeError(f"TFDS dataset {name} is not prepared in {builder.data_dir} and download=False. {how}")
+        if not _network_available():
+            raise RuntimeError(
+                f"TFDS dataset {name} is not prepared in {builder.data_dir} and the network is unreachable, "
+                f"so it cannot be downloaded. {how}"
+            )
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # TFDS raises many kinds
+            raise RuntimeError(f"TFDS download_and_prepare({name}) failed: {e}. {how}") from e
+    return builder, source_lang, target_lang
+
+
+def iter_tfds_pairs(
+    builder,
+    split: str,
+    source_lang: str,
+    target_lang: str,
+    report: ReadReport,
+    on_error: str = "raise",
+    max_pairs: int | None = None,
+) -> Iterator[tuple[str, str]]:
+    """Streams the pairs of a prepared TFDS translation split (the rules of :func:`load_tfds_translation`).
+
+    Args:
+        builder: from :func:`tfds_translation_builder`.
+        split: TFDS split (``"train"``, ``"validation"``, ``"test"``, slices).
+        source_lang: feature key of the source.
+        target_lang: feature key of the target.
+        report: the :class:`ReadReport` to update.
+        on_error: ``"raise"`` or ``"skip"`` for empty sentences.
+        max_pairs: read at most this many pairs.
+
+    Yields:
+        ``(source, target)`` sentences, stripped.
+
+    Raises:
+        ValueError: for empty sentences with ``on_error="raise"``, naming the
+            example.
+    """
+    _check_on_error(on_error)
+    name = builder.info.full_name  # e.g. wmt14_translate/de-en/1.0.0
+    dataset = builder.as_dataset(split=split, shuffle_files=False)
+    if max_pairs is not None:
+        dataset = dataset.take(max_pairs)
+    for number, example in enumerate(dataset.as_numpy_iterator(), start=1):
+        report.pairs_read += 1
+        texts = []
+        for lang in (source_lang, target_lang):
+            value = example[lang]
+            texts.append((value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)).strip())
+        if not texts[0] or not texts[1]:
+            _skip_or_raise(report, on_error, "skipped_empty", f"tfds:{name}[{split}] example {number}: empty sentence")
+            continue
+        report.pairs_kept += 1
+        yield texts[0], texts[1]
 
 
 def load_tfds_translation(
@@ -452,57 +683,7 @@ def load_tfds_translation(
             ``on_error="raise"``.
     """
     _check_on_error(on_error)
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:  # pragma: no cover - tfds is installed in the venv
-        raise ImportError("load_tfds_translation needs tensorflow_datasets (pip install tensorflow-datasets)") from e
-    data_dir = os.fspath(data_dir) if data_dir is not None else None
-    builder = tfds.builder(name, data_dir=data_dir)
-    keys = list(builder.info.features.keys())
-    if source_lang is None or target_lang is None:
-        config = name.split("/", 1)[1] if "/" in name else ""
-        order = [k for k in config.replace("_to_", "-").split("-") if k in keys] or keys
-        source_lang = source_lang or order[0]
-        target_lang = target_lang or next(k for k in order + keys if k != source_lang)
-    for lang in (source_lang, target_lang):
-        if lang not in keys:
-            raise ValueError(f"{name} has language features {keys}, not {lang!r}")
-
-    prepared = os.path.exists(os.path.join(os.fspath(builder.data_dir), "dataset_info.json"))
-    if not prepared:
-        how = (
-            "To train without TFDS, use local parallel files: read_parallel_files(source_path, target_path) "
-            "(CLI: --train-source/--train-target), read_tsv_pairs(path) or load_multi30k(data_dir=...); or prepare "
-            f"the dataset on a machine with network (`tfds build {name} --data_dir DIR`) and pass data_dir=DIR."
-        )
-        if not download:
-            raise RuntimeError(f"TFDS dataset {name} is not prepared in {builder.data_dir} and download=False. {how}")
-        if not _network_available():
-            raise RuntimeError(
-                f"TFDS dataset {name} is not prepared in {builder.data_dir} and the network is unreachable, "
-                f"so it cannot be downloaded. {how}"
-            )
-        try:
-            builder.download_and_prepare()
-        except Exception as e:  # TFDS raises many kinds
-            raise RuntimeError(f"TFDS download_and_prepare({name}) failed: {e}. {how}") from e
-
+    builder, source_lang, target_lang = tfds_translation_builder(name, source_lang, target_lang, data_dir, download)
     report = ReadReport(source=f"tfds:{name}[{split}] {source_lang}->{target_lang}")
-    sources: list[str] = []
-    targets: list[str] = []
-    dataset = builder.as_dataset(split=split, shuffle_files=False)
-    if max_pairs is not None:
-        dataset = dataset.take(max_pairs)
-    for number, example in enumerate(dataset.as_numpy_iterator(), start=1):
-        report.pairs_read += 1
-        texts = []
-        for lang in (source_lang, target_lang):
-            value = example[lang]
-            texts.append((value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)).strip())
-        if not texts[0] or not texts[1]:
-            _skip_or_raise(report, on_error, "skipped_empty", f"tfds:{name}[{split}] example {number}: empty sentence")
-            continue
-        sources.append(texts[0])
-        targets.append(texts[1])
-    report.pairs_kept = len(sources)
-    return ParallelText(sources, targets, report)
+    pairs = iter_tfds_pairs(builder, split, source_lang, target_lang, report, on_error, max_pairs)
+    return _collect(report, pairs)

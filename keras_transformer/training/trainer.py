@@ -493,7 +493,7 @@ def _merge_histories(first, second):
 
 def fit(
     model: keras.Model,
-    train_data: tf.data.Dataset,
+    train_data,
     *,
     model_dir: str | os.PathLike,
     epochs: int,
@@ -519,11 +519,22 @@ def fit(
     ``TF_CONFIG``, workers other than the chief write to
     ``model_dir/worker-<index>/`` (every worker must save and restore).
 
+    Exact resumption: with an :class:`~keras_transformer.data.epochs.EpochBatches`
+    (:func:`~keras_transformer.data.pipeline.make_epoch_batches` in memory,
+    :func:`~keras_transformer.data.streaming.make_streaming_batches` from
+    prepared shards) every epoch's batches are rebuilt from ``(seed,
+    epoch)``, so the resumed run trains on exactly the batches the
+    uninterrupted run would have, from the step after the checkpoint on. A
+    plain ``tf.data.Dataset`` that reshuffles at each iteration restarts from
+    its first permutation in a new process (its epochs then differ from an
+    uninterrupted run's, though no batch of the resumed epoch is repeated).
+
     Args:
         model: a compiled Transformer (see :func:`compile_model`).
-        train_data: finite batches ``((source_ids, target_in_ids), target_out_ids)``;
-            one pass = one epoch, in a deterministic order for the mid-epoch
-            skip to skip the batches already trained.
+        train_data: an :class:`~keras_transformer.data.epochs.EpochBatches`,
+            or finite batches ``((source_ids, target_in_ids), target_out_ids)``
+            (one pass = one epoch, in a deterministic order for the mid-epoch
+            skip to skip the batches already trained).
         model_dir: where checkpoints and logs go (created).
         epochs: passes over ``train_data``.
         validation_data: batches in the same format, or ``None``.
@@ -536,7 +547,13 @@ def fit(
 
     Returns:
         The Keras ``History`` (merged over the partial and the full epochs).
+
+    Raises:
+        keras_transformer.data.prepare.PreparedDataError: when reading a
+            prepared shard fails its checksum (the shard is named).
     """
+    from keras_transformer.data.epochs import EpochBatches
+
     model_dir = pathlib.Path(model_dir)
     if not is_chief():
         task = json.loads(os.environ["TF_CONFIG"])["task"]
@@ -544,11 +561,15 @@ def fit(
     model_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = model_dir / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
-    train_data = with_known_length(train_data)
+    by_epoch = isinstance(train_data, EpochBatches)
+    if not by_epoch:
+        train_data = with_known_length(train_data)
     if isinstance(validation_data, tf.data.Dataset):  # else Keras warns "ran out of data" after the first evaluation
         validation_data = with_known_length(validation_data)
     state = ckpt.restore(model, ckpt_dir)
     start_epoch, skip, batches = (state.epoch, state.batch, state.batches) if state else (0, 0, 0)
+    if by_epoch and skip >= train_data.steps_per_epoch:  # killed between the last batch's and the epoch's checkpoint
+        start_epoch, skip = start_epoch + 1, 0
 
     saver = ckpt.ResumableCheckpoint(ckpt_dir, save_freq=save_freq, keep=keep_checkpoints, initial_batches=batches, batch_offset=skip)
     cbs = [keras.callbacks.TerminateOnNaN(), saver]
@@ -573,20 +594,28 @@ def fit(
         )
         return True
 
+    def run(first: int, stop: int, skipped: int):
+        if by_epoch:
+            data = train_data.for_fit(model.distribute_strategy, first, stop, skipped)
+            steps = train_data.steps_per_epoch - skipped
+        else:
+            data, steps = (train_data.skip(skipped) if skipped else train_data), None
+        try:
+            return model.fit(data, validation_data=validation_data, initial_epoch=first, epochs=stop,
+                             steps_per_epoch=steps, callbacks=cbs, verbose=verbose)
+        except tf.errors.DataLossError:
+            if by_epoch:
+                train_data.check_data()  # raises naming the damaged file
+            raise
+
     history = None
     if skip and start_epoch < epochs:
-        history = model.fit(
-            train_data.skip(skip), validation_data=validation_data, initial_epoch=start_epoch,
-            epochs=start_epoch + 1, callbacks=cbs, verbose=verbose,
-        )
+        history = run(start_epoch, start_epoch + 1, skip)
         start_epoch += 1
         if budget_spent() or model.stop_training:
             return history
     if start_epoch < epochs:
-        history = _merge_histories(history, model.fit(
-            train_data, validation_data=validation_data, initial_epoch=start_epoch,
-            epochs=epochs, callbacks=cbs, verbose=verbose,
-        ))
+        history = _merge_histories(history, run(start_epoch, epochs, 0))
         budget_spent()
     if history is None:
         history = keras.callbacks.History()

@@ -12,6 +12,11 @@ Usage: ``python tests/training/_workers.py MODE OUT_JSON [options]``. Modes:
 * ``resume``: ``trainer.fit`` with checkpoints every step; logs each batch
   (epoch, batch, optimizer step) to ``OUT_JSON`` lines; sleeps per batch so a
   test can kill it mid-epoch.
+* ``stream PREPARED_DIR MODEL_DIR EPOCHS BATCH_TOKENS [WIDTHS]``: ``trainer.fit`` on
+  batches streamed from a prepared folder (one worker, or a task of the
+  ``TF_CONFIG`` cluster), checkpoints every step; a probe logs every batch the
+  training consumes (position, the hashes of its real pairs) and a callback
+  every step to ``OUT_JSON`` lines; sleeps ``WORKER_SLEEP`` seconds per step.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 MODE, OUT = sys.argv[1], sys.argv[2]
+if MODE == "stream" and "TF_CONFIG" in os.environ:
+    # MultiWorkerMirroredStrategy must exist before TensorFlow runs any op.
+    STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 if MODE == "mirrored":
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -90,6 +98,85 @@ def train(strategy, batches, jit_compile, epochs=1):
     means = recorder.means
     losses = [means[0]] + [(k + 1) * means[k] - k * means[k - 1] for k in range(1, len(means))]
     return model, losses
+
+
+def pair_hashes(source, target_out):
+    """sha1 (16 hex digits) of each real row's (source ids, target ids); all-padding rows are left out."""
+    import hashlib
+
+    out = []
+    for s, t in zip(source, target_out):
+        if (t != 0).any():
+            key = np.concatenate([s[s != 0], [-1], t[t != 0]]).astype("<i4").tobytes()
+            out.append(hashlib.sha1(key).hexdigest()[:16])
+    return out
+
+
+def stream(prepared_dir, model_dir, epochs, batch_tokens, widths=None):
+    from keras_transformer.data.epochs import EpochBatches
+    from keras_transformer.data.prepare import open_prepared
+
+    strategy = STRATEGY if "TF_CONFIG" in os.environ else tf.distribute.get_strategy()
+    keras.utils.set_random_seed(7)
+    corpus = open_prepared(prepared_dir)
+    widths = [int(w) for w in widths.split(",")] if widths else None  # few buckets: few steps per epoch
+    inner = corpus.epoch_batches(batch_tokens=int(batch_tokens), seed=11, strategy=strategy, shuffle_buffer_size=64,
+                                 cycle_length=2, widths=widths)
+    worker = inner.layout.worker_index
+
+    def log(record):
+        with open(OUT, "a") as f:
+            f.write(json.dumps(dict(record, pid=os.getpid(), worker=worker)) + "\n")
+
+    class Probed(EpochBatches):
+        """The streaming batches, with every batch the training takes logged as it is taken."""
+
+        per_replica, layout = inner.per_replica, inner.layout
+
+        @property
+        def steps_per_epoch(self):
+            return inner.steps_per_epoch
+
+        def epoch_dataset(self, epoch, worker_index=0):
+            return inner.epoch_dataset(epoch, worker_index)
+
+        def dataset(self, first_epoch, stop_epoch, skip=0, worker_index=0):
+            def record(position, source, target_out):
+                log({"first_epoch": first_epoch, "skip": skip, "position": int(position),
+                     "pairs": pair_hashes(source.numpy(), target_out.numpy())})
+                return position
+
+            def probe(position, batch):
+                (source, target_in), target_out = batch
+                done = tf.py_function(record, [position, source, target_out], tf.int64)
+                with tf.control_dependencies([done]):
+                    return (tf.identity(source), tf.identity(target_in)), tf.identity(target_out)
+
+            base = inner.dataset(first_epoch, stop_epoch, skip, worker_index)
+            return base.enumerate().map(probe).apply(tf.data.experimental.assert_cardinality(base.cardinality()))
+
+        def check_data(self):
+            inner.check_data()
+
+    config = get_preset("tiny", warmup_steps=2, vocab_size=corpus.manifest["vocabulary"]["vocab_size"],
+                        max_length=corpus.max_length)
+    with strategy.scope():
+        model = trainer.build_model(config)
+        trainer.compile_model(model, config, jit_compile=False)
+
+    class Log(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            log({"epoch": self.epoch, "step": step})
+            time.sleep(float(os.environ.get("WORKER_SLEEP", "0")))
+
+    trainer.fit(model, Probed(), model_dir=model_dir, epochs=int(epochs), save_freq=1, keep_checkpoints=2,
+                tensorboard=False, callbacks=[Log()], verbose=0)
+    log({"done": True, "steps_per_epoch": inner.steps_per_epoch,
+         "step": int(keras.ops.convert_to_numpy(model.optimizer.iterations))})
 
 
 def main():
@@ -201,6 +288,9 @@ def main():
         with open(OUT, "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "done": True,
                                 "step": int(keras.ops.convert_to_numpy(model.optimizer.iterations))}) + "\n")
+        return
+    elif MODE == "stream":
+        stream(*sys.argv[3:8])
         return
     else:
         raise ValueError(f"unknown mode {MODE!r}")
