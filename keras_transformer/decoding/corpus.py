@@ -35,6 +35,7 @@ def translate_lines(
     desc: str = "translating",
     sort_by_length: bool = True,
     workers: int = 1,
+    warn_truncated: bool = True,
 ) -> list[str]:
     """Translates ``lines`` in batches with a progress bar; returns them in input order.
 
@@ -55,6 +56,9 @@ def translate_lines(
             intra-op threads set to 1, ``workers`` = 2 x cores translated
             about 2x the sentences/s of one batch at a time on all cores
             (``scripts/bench/decode_vs_ctranslate2.py``, setting 4x1).
+        warn_truncated: print the warning about over-long lines (below);
+            False for a caller that translates the same lines again and
+            again (validation during training) and has warned once.
 
     Returns:
         One ``str`` translation per line, in order. Lines whose source was
@@ -95,7 +99,7 @@ def translate_lines(
             for i, text in zip(indices, translations):
                 out[i] = text.decode("utf-8") if isinstance(text, bytes) else text
             bar.update(len(indices))
-    if truncated:
+    if truncated and warn_truncated:
         truncated.sort()
         shown = ", ".join(str(n) for n in truncated[:20]) + (", ..." if len(truncated) > 20 else "")
         print(

@@ -99,3 +99,16 @@ def test_bucketing_bounds_xla_compilations(tmp_path):
     compilations = len(_xla_compilations(dump))
     assert 1 <= compilations <= len(widths)
     assert compilations == result["fixed_shapes"]
+
+
+def test_validation_bleu_under_mirrored_strategy_matches_one_device(tmp_path, multi30k_dir):
+    """ValidationBLEU translates the mirrored model being trained exactly as a one-device copy of its weights."""
+    result = _run("mirrored_bleu", tmp_path / "out.json", tmp_path / "run",
+                  env={"KERAS_TRANSFORMER_DATA": str(multi30k_dir.parent)})
+    assert result["replicas"] == 2 and result["variable_type"] == "MirroredVariable"
+    assert result["step"] == 6 and [e["step"] for e in result["evaluations"]] == [3, 6]
+    assert result["callback_hypotheses"] == result["hypotheses"] and any(result["hypotheses"])
+    last = result["evaluations"][-1]
+    assert (last["bleu"], last["chrf"], last["sentences"]) == (result["bleu"], result["chrf"], 10)
+    first_best = max(result["evaluations"], key=lambda e: e["bleu"])
+    assert (result["best"]["step"], result["best"]["val_chrf"]) == (first_best["step"], first_best["chrf"])
