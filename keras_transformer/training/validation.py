@@ -57,7 +57,7 @@ import keras
 
 from keras_transformer.training import checkpoints as ckpt
 
-__all__ = ["EarlyStopping", "ValidationBLEU", "make_validation"]
+__all__ = ["EarlyStopping", "ValidationBLEU", "check_validation_settings", "make_validation"]
 
 BEST_BLEU_WEIGHTS = "best_bleu.weights.h5"
 BEST_BLEU_HYPOTHESES = "best_bleu.hyp.txt"
@@ -534,6 +534,32 @@ class ValidationBLEU(keras.callbacks.Callback):
             self._writer.flush()
 
 
+def check_validation_settings(
+    has_validation_set: bool, max_sentences: int, early_stopping_patience: int, early_stopping_metric: str
+) -> None:
+    """Checks the validation flags before any work (:func:`make_validation` calls it too).
+
+    Args:
+        has_validation_set: whether there are validation pairs.
+        max_sentences: ``--valid-bleu-sentences`` (0: no validation BLEU).
+        early_stopping_patience: ``--early-stopping-patience`` (0: none).
+        early_stopping_metric: ``"bleu"`` or ``"loss"``.
+
+    Raises:
+        ValueError: naming the flags, for early stopping with nothing to
+            monitor (no validation set; ``bleu`` with validation BLEU off), an
+            unknown metric, or negative numbers.
+    """
+    if early_stopping_metric not in ("bleu", "loss"):
+        raise ValueError(f"early stopping metric must be 'bleu' or 'loss', got {early_stopping_metric!r}")
+    if max_sentences < 0 or early_stopping_patience < 0:
+        raise ValueError("--valid-bleu-sentences and --early-stopping-patience must be >= 0")
+    if early_stopping_patience and not has_validation_set:
+        raise ValueError("--early-stopping-patience needs a validation set (e.g. --valid-source/--valid-target)")
+    if early_stopping_patience and early_stopping_metric == "bleu" and not max_sentences:
+        raise ValueError("--early-stopping-metric bleu needs validation BLEU: --valid-bleu-sentences must be > 0")
+
+
 def make_validation(
     valid: Any,
     tokenizer: Any,
@@ -574,13 +600,8 @@ def make_validation(
             validation set; ``bleu`` with validation BLEU off), an unknown
             metric, or a bad setting (see :class:`ValidationBLEU`).
     """
-    if early_stopping_metric not in ("bleu", "loss"):
-        raise ValueError(f"early stopping metric must be 'bleu' or 'loss', got {early_stopping_metric!r}")
+    check_validation_settings(valid is not None, max_sentences, early_stopping_patience, early_stopping_metric)
     out = stream or sys.stdout
-    if early_stopping_patience and valid is None:
-        raise ValueError("--early-stopping-patience needs a validation set (e.g. --valid-source/--valid-target)")
-    if early_stopping_patience and early_stopping_metric == "bleu" and not max_sentences:
-        raise ValueError("--early-stopping-metric bleu needs validation BLEU: --valid-bleu-sentences must be > 0")
     early = None
     if early_stopping_patience:
         monitor = "val_bleu" if early_stopping_metric == "bleu" else "val_loss"
