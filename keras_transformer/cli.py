@@ -170,7 +170,7 @@ def _train(args: argparse.Namespace):
         get_strategy,
         set_precision,
     )
-    from keras_transformer.training.validation import check_validation_settings, make_validation
+    from keras_transformer.training.validation import BEST_BLEU_WEIGHTS, check_validation_settings, make_validation
 
     keras.utils.set_random_seed(args.seed)  # before any tokenizer exists (tensorflow_text resource)
     out = pathlib.Path(args.model_dir)
@@ -274,10 +274,13 @@ def _train(args: argparse.Namespace):
         _average_into(model, out, args.average_last)
     _save_model_atomically(model, out / "model.keras")
     print(f"      trained in {minutes:.1f} min; saved {out / 'model.keras'}", flush=True)
-    if validation_bleu is not None and validation_bleu.best is not None:
-        best = validation_bleu.best
+    best_file = pathlib.Path(f"{out / BEST_BLEU_WEIGHTS}.json")
+    best = validation_bleu.best if validation_bleu is not None else None
+    if validation_bleu is not None and best is None and best_file.is_file():  # a re-run of a stopped run
+        best = json.loads(best_file.read_text(encoding="utf-8"))
+    if best is not None:
         print(f"      best validation BLEU {best['val_bleu']:.2f} (chrF {best['val_chrf']:.2f}) at step {best['step']}: "
-              f"{validation_bleu.best_path}", flush=True)
+              f"{out / BEST_BLEU_WEIGHTS}", flush=True)
     return model, tokenizer, config, corpus, minutes
 
 

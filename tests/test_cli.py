@@ -286,3 +286,35 @@ def test_run_spanish_english_on_a_slice_and_validation_bleu_equals_evaluate(tmp_
     bleu, line = _bleu_line(evaluate.stdout)
     assert bleu == round(best["val_bleu"], 2) and best["bleu_signature"] in line
     assert f"chrF = {best['val_chrf']:.2f}" in evaluate.stdout
+
+
+def test_train_stops_early_on_validation_bleu_and_a_rerun_trains_nothing(tmp_path, capsys, multi30k_dir):
+    out = tmp_path / "m"
+    command = ["train", "--model-dir", str(out), "--data-dir", str(multi30k_dir.parent), "--preset", "tiny",
+               "--vocab-size", "300", "--limit-train", "400", "--limit-test", "8", "--epochs", "3",
+               "--precision", "float32", "--no-jit-compile", "--valid-bleu-every", "2", "--valid-bleu-sentences", "8",
+               "--early-stopping-patience", "2"]
+    assert main(command) == 0
+    stdout = capsys.readouterr().out
+    history = json.loads((out / "early_stopping.json").read_text())["history"]
+    values = [r["value"] for r in history]
+    steps = [r["step"] for r in history]
+    # Independently: the first evaluation that is the 2nd in a row not beating the best so far ends training.
+    best, since, stop = float("-inf"), 0, None
+    for i, value in enumerate(values):
+        best, since = (value, 0) if value > best else (best, since + 1)
+        if since == 2:
+            stop = i
+            break
+    assert stop == len(values) - 1 and steps == [2 * (i + 1) for i in range(len(values))]
+    state = json.loads((out / "checkpoints" / "state.json").read_text())
+    assert state["step"] == steps[-1]
+    assert f"stopping at step {steps[-1]}" in stdout
+    first_best = steps[values.index(max(values))]
+    assert json.loads((out / "best_bleu.weights.h5.json").read_text())["step"] == first_best
+
+    assert main(command) == 0
+    stdout = capsys.readouterr().out
+    assert f"this run stopped at step {steps[-1]}" in stdout and "validation at step" not in stdout
+    assert f"best validation BLEU {max(values):.2f}" in stdout and f"at step {first_best}:" in stdout
+    assert json.loads((out / "checkpoints" / "state.json").read_text())["step"] == steps[-1]
