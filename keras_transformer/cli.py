@@ -3,16 +3,20 @@
 Commands:
 
 ``run``
-    The main job in one go, on Multi30k English→German: train the shared
-    SentencePiece vocabulary, train a model (token batches, Eq. 3 schedule,
-    label smoothing), score BLEU on test2016 with sacreBLEU, export the
+    The main job in one go, on Multi30k English→German (or ``--dataset
+    tatoeba_spa_eng``, Spanish→English): train the shared SentencePiece
+    vocabulary, train a model (token batches, Eq. 3 schedule, label
+    smoothing), score BLEU on the test split with sacreBLEU, export the
     SavedModel for TF Serving, and translate a few test sentences.
 ``train``
-    Vocabulary and model from Multi30k, parallel files, a TSV file or TFDS,
-    under a ``tf.distribute`` strategy, with XLA, mixed precision and
-    gradient accumulation as asked; re-running the same command after a kill
-    resumes exactly where it stopped. With ``--prepared-dir`` the training
-    data streams from a prepared folder (WMT's size).
+    Vocabulary and model from a named corpus (Multi30k, Tatoeba), parallel
+    files, a TSV file or TFDS, under a ``tf.distribute`` strategy, with XLA,
+    mixed precision and gradient accumulation as asked; re-running the same
+    command after a kill resumes where it stopped. With ``--prepared-dir``
+    the training data streams from a prepared folder (WMT's size). Both
+    score validation BLEU during training (``--valid-bleu-*``, the best model
+    by BLEU in ``best_bleu.weights.h5``) and can stop early
+    (``--early-stopping-*``): :mod:`keras_transformer.training.validation`.
 ``prepare``
     Tokenize a corpus once into sharded id files with a manifest
     (:mod:`keras_transformer.data.prepare`), for ``train --prepared-dir``.
@@ -51,6 +55,9 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
+#: ``--dataset`` choices (keras_transformer.data.sources.DATASETS; listed here so the parser loads no TensorFlow).
+DATASET_NAMES = ("multi30k", "tatoeba_spa_eng")
+
 
 class CliError(Exception):
     """An error in the user's input, printed without a traceback."""
@@ -87,11 +94,17 @@ def _translate_lines(*args, **kwargs):
 
 
 def _read_pairs(args: argparse.Namespace):
-    """(train, validation or None, test or None) ParallelTexts from the data flags."""
-    from keras_transformer.data.sources import load_multi30k, read_parallel_files, read_tsv_pairs
+    """The :class:`~keras_transformer.data.sources.Corpus` the data flags name (train, validation, test)."""
+    from keras_transformer.data.sources import Corpus, load_corpus, read_parallel_files, read_tsv_pairs
 
     data_dir = args.data_dir or _env_data_dir()
-    if getattr(args, "train_source", None) or getattr(args, "train_target", None):
+    files = getattr(args, "train_source", None) or getattr(args, "train_target", None)
+    other = [flag for flag, given in (("--train-source/--train-target", files), ("--tsv", getattr(args, "tsv", None)),
+                                      ("--tfds", getattr(args, "tfds", None))) if given]
+    if len(other) > 1 or (other and args.dataset):
+        raise CliError(f"give one data source, not {' and '.join(other + (['--dataset'] if args.dataset else []))}")
+    source_lang, target_lang = getattr(args, "source_lang", None), getattr(args, "target_lang", None)
+    if files:
         if not (args.train_source and args.train_target):
             raise CliError("give both --train-source and --train-target")
         print(f"reading {args.train_source} / {args.train_target}", flush=True)
@@ -101,40 +114,39 @@ def _read_pairs(args: argparse.Namespace):
             if not (args.valid_source and args.valid_target):
                 raise CliError("give both --valid-source and --valid-target")
             val = read_parallel_files(args.valid_source, args.valid_target, on_error=args.on_error)
-        splits = {"train": train, "val": val, "test2016": None}
+        corpus = Corpus("files", train, val, None, "test", source_lang, target_lang)
     elif getattr(args, "tfds", None):
         from keras_transformer.data.sources import load_tfds_translation
 
-        print(f"reading TFDS {args.tfds} (source {args.source_lang or 'default'})", flush=True)
+        print(f"reading TFDS {args.tfds} (source {source_lang or 'default'})", flush=True)
         load = lambda split: load_tfds_translation(  # noqa: E731
-            args.tfds, split, source_lang=args.source_lang, target_lang=args.target_lang,
+            args.tfds, split, source_lang=source_lang, target_lang=target_lang,
             data_dir=args.tfds_data_dir, on_error=args.on_error,
         )
         try:
-            splits = {"train": load("train"), "val": load("validation"), "test2016": None}
+            corpus = Corpus(args.tfds, load("train"), load("validation"), None, "test", source_lang, target_lang)
         except RuntimeError as error:  # not prepared and no network: the message says what to do
             raise CliError(str(error)) from error
     elif getattr(args, "tsv", None):
         print(f"reading {args.tsv}", flush=True)
-        splits = {"train": read_tsv_pairs(args.tsv, on_error=args.on_error), "val": None, "test2016": None}
+        corpus = Corpus(args.tsv, read_tsv_pairs(args.tsv, on_error=args.on_error), None, None, "test",
+                        source_lang, target_lang)
     else:
-        print(f"reading Multi30k en-de from {data_dir or '(download cache)'}", flush=True)
-        splits = {
-            split: load_multi30k(
-                split, data_dir=data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-                on_error=args.on_error,
-            )
-            for split in ("train", "val", "test2016")
-        }
-    for split, limit in (("train", args.limit_train), ("val", args.limit_test), ("test2016", args.limit_test)):
-        pairs = splits[split]
+        name = args.dataset or "multi30k"
+        where = data_dir or ("(download cache)" if name == "multi30k" else "$KERAS_TRANSFORMER_DATA (unset)")
+        print(f"reading {name} from {where}", flush=True)
+        corpus = load_corpus(name, data_dir=data_dir, source_lang=source_lang, target_lang=target_lang,
+                             download=not args.no_download, cache_dir=args.cache_dir, on_error=args.on_error)
+        print(f"      {corpus.source_lang} -> {corpus.target_lang}", flush=True)
+    for split, limit in (("train", args.limit_train), ("valid", args.limit_test), ("test", args.limit_test)):
+        pairs = getattr(corpus, split)
         if limit and pairs is not None:
             pairs.sources, pairs.targets = pairs.sources[:limit], pairs.targets[:limit]
-    for split, pairs in splits.items():
+    for split, pairs in (("train", corpus.train), ("valid", corpus.valid), (corpus.test_name, corpus.test)):
         if pairs is not None:
             skipped = f" ({pairs.report.summary()})" if pairs.report.skipped else ""
             print(f"      {split}: {len(pairs)} pairs{skipped}", flush=True)
-    return splits["train"], splits["val"], splits["test2016"]
+    return corpus
 
 
 def _save_model_atomically(model, path: pathlib.Path) -> None:
@@ -172,6 +184,9 @@ def _corpus_sources(args: argparse.Namespace):
         return tfds("train", limit_train), tfds("validation", limit_test)
     if getattr(args, "tsv", None):
         return CorpusSource.tsv(args.tsv, on_error=args.on_error, max_pairs=limit_train), None
+    if getattr(args, "dataset", None) not in (None, "multi30k"):
+        raise CliError(f"prepare and --prepared-dir read files, a TSV file, TFDS or Multi30k, not --dataset "
+                       f"{args.dataset} (its split is made in memory): train it without --prepared-dir")
     data_dir = args.data_dir or _env_data_dir()
     multi30k = dict(data_dir=data_dir, download=not args.no_download, cache_dir=args.cache_dir, on_error=args.on_error)
     return (CorpusSource.multi30k("train", max_pairs=limit_train, **multi30k),
@@ -238,12 +253,20 @@ def _prepared_corpus(args: argparse.Namespace, max_length: int, vocabulary: path
 
 
 def _train(args: argparse.Namespace):
-    """Vocabulary, data and training into ``args.model_dir``; returns (model, tokenizer, config, val, test)."""
+    """Vocabulary, data and training into ``args.model_dir``.
+
+    Returns:
+        ``(model, tokenizer, config, corpus, minutes)``: the trained model, its
+        tokenizer and configuration, the :class:`~keras_transformer.data.sources.Corpus`
+        read (its validation and test splits cut by ``--limit-test``) and the
+        training wall time in minutes.
+    """
     import keras
 
     from keras_transformer.config import get_preset
     from keras_transformer.data.pipeline import make_dataset, prepare_pairs
     from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+    from keras_transformer.evaluation import bleu_metric
     from keras_transformer.training import checkpoints
     from keras_transformer.training.trainer import (
         build_model,
@@ -253,6 +276,7 @@ def _train(args: argparse.Namespace):
         get_strategy,
         set_precision,
     )
+    from keras_transformer.training.validation import BEST_BLEU_WEIGHTS, check_validation_settings, make_validation
 
     prepared = bool(getattr(args, "prepared_dir", None))
     # Under TF_CONFIG, MultiWorkerMirroredStrategy must exist before TensorFlow runs its first op.
@@ -262,11 +286,22 @@ def _train(args: argparse.Namespace):
     spm_path = out / "spm.model"
     preset_max_length = get_preset(args.preset).max_length
     max_length = args.max_length if args.max_length is not None else preset_max_length
-    corpus = train_pairs = val_pairs = test_pairs = None
+    prepared_data = None
     if prepared:
-        corpus = _prepared_corpus(args, max_length, spm_path if spm_path.exists() else None)
+        from keras_transformer.data.sources import Corpus
+
+        if args.early_stopping_patience:
+            raise CliError("--early-stopping-patience needs the validation text, which --prepared-dir (token ids) "
+                           "does not keep: train without --prepared-dir to stop early")
+        prepared_data = _prepared_corpus(args, max_length, spm_path if spm_path.exists() else None)
+        # The folder holds ids only: no validation BLEU (which translates the validation text) on this path.
+        corpus = Corpus(str(prepared_data.directory), None, None, None, "test", args.source_lang, args.target_lang)
     else:
-        train_pairs, val_pairs, test_pairs = _read_pairs(args)  # bad data fails before the folder is created
+        corpus = _read_pairs(args)  # bad data fails before the folder is created
+    train_pairs, val_pairs = corpus.train, corpus.valid
+    bleu_metric(corpus.target_lang, args.bleu_tokenize)  # a missing tokenizer package fails before training
+    check_validation_settings(val_pairs is not None, args.valid_bleu_sentences, args.early_stopping_patience,
+                              args.early_stopping_metric)
     out.mkdir(parents=True, exist_ok=True)
 
     if spm_path.exists():
@@ -274,11 +309,11 @@ def _train(args: argparse.Namespace):
     elif prepared:
         import shutil
 
-        shutil.copyfile(corpus.vocabulary_path, spm_path)
-        vocab_json = pathlib.Path(corpus.vocabulary_path).with_suffix(".json")
+        shutil.copyfile(prepared_data.vocabulary_path, spm_path)
+        vocab_json = pathlib.Path(prepared_data.vocabulary_path).with_suffix(".json")
         if vocab_json.exists():
             shutil.copyfile(vocab_json, out / "spm.json")
-        print(f"using the vocabulary of {corpus.directory} ({spm_path})", flush=True)
+        print(f"using the vocabulary of {prepared_data.directory} ({spm_path})", flush=True)
     else:
         vocab_size = args.vocab_size or 8000
         print(f"training a shared SentencePiece vocabulary of {vocab_size} pieces (Section 3.4)", flush=True)
@@ -313,18 +348,18 @@ def _train(args: argparse.Namespace):
     }
     val_ds = None
     if prepared:
-        train_data = corpus.epoch_batches(
+        train_data = prepared_data.epoch_batches(
             batch_tokens=config.batch_tokens, padding=batching["padding"], seed=args.seed, strategy=strategy,
             shuffle_buffer_size=args.shuffle_buffer_size,
         )
-        if "valid" in corpus.splits:
-            val = corpus.read_pairs("valid")
+        if "valid" in prepared_data.splits:
+            val = prepared_data.read_pairs("valid")
             print(f"      valid: {val.report.summary()}", flush=True)
             val_ds = make_dataset(val, shuffle=False, **batching)
         layout = train_data.layout
         print(f"      streaming {train_data.steps_per_epoch} steps per epoch; worker {layout.worker_index + 1} of "
               f"{layout.num_workers} reads {len(train_data.worker_files[layout.worker_index])} of "
-              f"{len(corpus.files('train'))} shards (batches of <= {train_data.batching.batch_tokens} tokens per "
+              f"{len(prepared_data.files('train'))} shards (batches of <= {train_data.batching.batch_tokens} tokens per "
               f"replica)", flush=True)
     else:
         train = prepare_pairs(train_pairs.sources, train_pairs.targets, tokenizer, config.max_length,
@@ -356,6 +391,12 @@ def _train(args: argparse.Namespace):
     from keras_transformer.training.progress import fit_verbosity
 
     verbose, progress = fit_verbosity(args.log_every)  # a progress bar on a terminal, else a line every N steps
+    validation_bleu, early_stopping = make_validation(
+        val_pairs, tokenizer, config, model_dir=out, every_steps=args.valid_bleu_every,
+        max_sentences=args.valid_bleu_sentences, beam_size=args.valid_bleu_beam_size,
+        target_lang=corpus.target_lang, tokenize=args.bleu_tokenize,
+        early_stopping_patience=args.early_stopping_patience, early_stopping_metric=args.early_stopping_metric,
+    )
     finished_before = _say_what_a_rerun_does(args, out)
     start = time.monotonic()
     history = fit(
@@ -369,6 +410,8 @@ def _train(args: argparse.Namespace):
         max_train_seconds=args.max_train_minutes * 60 if args.max_train_minutes else None,
         verbose=verbose,
         callbacks=progress,
+        validation_bleu=validation_bleu,
+        early_stopping=early_stopping,
     )
     minutes = (time.monotonic() - start) / 60
     losses = history.history.get("loss") or [0.0]
@@ -386,7 +429,14 @@ def _train(args: argparse.Namespace):
         checkpoints.write_model_record(out / "model.keras", sources, args.command, state=state, epochs=args.epochs)
     trained = "trained nothing (the run was finished)" if finished_before else f"trained in {minutes:.1f} min"
     print(f"      {trained}; saved {checkpoints.describe_model_weights(out / 'model.keras')}", flush=True)
-    return model, tokenizer, config, val_pairs, test_pairs, (None if finished_before else minutes)
+    best_file = pathlib.Path(f"{out / BEST_BLEU_WEIGHTS}.json")
+    best = validation_bleu.best if validation_bleu is not None else None
+    if validation_bleu is not None and best is None and best_file.is_file():  # a re-run of a stopped run
+        best = json.loads(best_file.read_text(encoding="utf-8"))
+    if best is not None:
+        print(f"      best validation BLEU {best['val_bleu']:.2f} (chrF {best['val_chrf']:.2f}) at step {best['step']}: "
+              f"{out / BEST_BLEU_WEIGHTS}", flush=True)
+    return model, tokenizer, config, corpus, (None if finished_before else minutes)
 
 
 def _say_what_a_rerun_does(args: argparse.Namespace, out: pathlib.Path) -> bool:
@@ -495,20 +545,23 @@ def _run(args: argparse.Namespace) -> int:
     args.model_dir = args.output_dir
     out = pathlib.Path(args.output_dir)
     print("[1/4] vocabulary, data and training", flush=True)
-    model, tokenizer, config, _, test, train_minutes = _train(args)
+    model, tokenizer, config, corpus, train_minutes = _train(args)
     if train_minutes is None:  # a finished run, re-run: keep the training time it recorded
         previous = out / "results.json"
         train_minutes = json.loads(previous.read_text(encoding="utf-8")).get("train_minutes", 0.0) \
             if previous.is_file() else 0.0
+    test, test_name = corpus.test, f"{corpus.name} {corpus.test_name}"
+    pair = f"{corpus.source_lang}-{corpus.target_lang}"
 
     translator, translate_fn, search = _make_translator(
         model, tokenizer, config, args.beam_size, args.length_penalty, early_stopping=args.early_stopping
     )
-    print(f"[2/4] translating Multi30k test2016 ({len(test)} sentences) with {search}", flush=True)
+    print(f"[2/4] translating {test_name} ({len(test)} sentences) with {search}", flush=True)
     hypotheses = _translate_lines(translate_fn, test.sources, batch_size=args.eval_batch_size)
-    scores = score_corpus(hypotheses, test.targets)
-    (out / "test2016.hyp.de").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    print("      Multi30k test2016 en-de:\n      " + str(scores).replace("\n", "\n      "), flush=True)
+    scores = score_corpus(hypotheses, test.targets, target_lang=corpus.target_lang, tokenize=args.bleu_tokenize)
+    hypotheses_path = out / f"{corpus.test_name}.hyp.{corpus.target_lang}"
+    hypotheses_path.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    print(f"      {test_name} {pair}:\n      " + str(scores).replace("\n", "\n      "), flush=True)
 
     print("[3/4] exporting the SavedModel", flush=True)
     export_path = export_saved_model(translator, out / "export", version=1, overwrite=True)
@@ -516,8 +569,12 @@ def _run(args: argparse.Namespace) -> int:
 
     print("[4/4] a few test sentences:", flush=True)
     for source, hypothesis, reference in list(zip(test.sources, hypotheses, test.targets))[: args.num_examples]:
-        print(f"  EN:  {source}\n  DE:  {hypothesis}\n  REF: {reference}\n", flush=True)
+        src, tgt = (corpus.source_lang or "src").upper(), (corpus.target_lang or "tgt").upper()
+        print(f"  {src}:  {source}\n  {tgt}:  {hypothesis}\n  REF: {reference}\n", flush=True)
     summary = {
+        "dataset": corpus.name,
+        "language_pair": pair,
+        "test_split": corpus.test_name,
         "bleu": round(scores.bleu, 2),
         "chrf": round(scores.chrf, 2),
         "bleu_signature": scores.bleu_signature,
@@ -527,6 +584,9 @@ def _run(args: argparse.Namespace) -> int:
         "length_penalty": translator.length_penalty,
         "saved_model": export_path,
     }
+    best_bleu = out / "best_bleu.weights.h5.json"
+    if best_bleu.is_file():
+        summary["best_validation"] = json.loads(best_bleu.read_text(encoding="utf-8"))
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return 0
 
@@ -541,10 +601,11 @@ def _load_trained(model_dir: str):
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from keras_transformer.data.sources import read_parallel_files
     from keras_transformer.decoding.load import open_translator
-    from keras_transformer.evaluation import score_corpus
+    from keras_transformer.evaluation import bleu_metric, score_corpus
 
     sampling = _sampling_options(args)
     pairs = read_parallel_files(args.source, args.reference)
+    bleu_metric(args.target_lang, args.bleu_tokenize)  # a missing tokenizer package fails before translating
     _decoding_threads(args.workers)
     opened = open_translator(
         args.model_dir, beam_size=args.beam_size, length_penalty=args.length_penalty,
@@ -570,7 +631,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         )
         if args.output:
             pathlib.Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    print(score_corpus(hypotheses, pairs.targets), flush=True)
+    print(score_corpus(hypotheses, pairs.targets, target_lang=args.target_lang, tokenize=args.bleu_tokenize),
+          flush=True)
     return 0
 
 
@@ -884,6 +946,28 @@ def add_sampling_flags(p, seed: bool = True) -> None:
         )
 
 
+def add_bleu_tokenize_flag(p) -> None:
+    """``--bleu-tokenize``: sacreBLEU's tokenizer, overriding the one of the target language."""
+    from keras_transformer.evaluation import BLEU_TOKENIZERS
+
+    p.add_argument(
+        "--bleu-tokenize", choices=BLEU_TOKENIZERS, default=None,
+        help="sacreBLEU tokenizer, e.g. intl (Unicode punctuation split in any script) or char (default: by "
+        "--target-lang: zh for Chinese, ja-mecab for Japanese, ko-mecab for Korean, 13a otherwise); chrF needs none",
+    )
+
+
+def _non_negative_int(text: str) -> int:
+    """An int >= 0, checked when the flags are parsed."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def add_workers_flag(p) -> None:
     """``--workers``: batches translated at once (one TensorFlow thread each)."""
     cores = os.cpu_count() or 1
@@ -906,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add_data_flags(p, files: bool):
-        p.add_argument("--data-dir", help="folder holding multi30k/ (default: $KERAS_TRANSFORMER_DATA)")
+        p.add_argument("--data-dir", help="folder holding multi30k/ and tatoeba_spa_eng/ (default: $KERAS_TRANSFORMER_DATA)")
         p.add_argument("--cache-dir", help="where a downloaded Multi30k goes (default: ~/.cache/keras_transformer)")
         p.add_argument("--no-download", action="store_true", help="never download; fail if the files are missing (default: download Multi30k when it is missing)")
         if files:
@@ -918,12 +1002,24 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--tfds", help="a TFDS translation dataset, e.g. wmt14_translate/de-en, instead of Multi30k (default: none)")
             p.add_argument("--tfds-data-dir", help="TFDS data directory (prepared datasets are used offline; default: TFDS's own, "
                 "$TFDS_DATA_DIR or ~/tensorflow_datasets)")
-            p.add_argument(
-                "--source-lang",
-                help="TFDS source language key; wmt14_translate/de-en reads de->en unless given --source-lang en "
-                "(default: the dataset's first language)",
-            )
-            p.add_argument("--target-lang", help="TFDS target language key (default: the dataset's other language)")
+        p.add_argument(
+            "--dataset", choices=tuple(DATASET_NAMES), default=None,
+            help="a corpus read from --data-dir with its own train/valid/test split (default: multi30k unless "
+            "another data flag is given): multi30k (en->de) or tatoeba_spa_eng (tatoeba_spa_eng/spa.txt, es->en, 2,000 valid and "
+            "2,000 test pairs held out with seed 0)",
+        )
+        p.add_argument(
+            "--source-lang",
+            help="source language: with --dataset, the direction (default: the corpus's, e.g. es for "
+            "tatoeba_spa_eng); with --tfds, the feature key (wmt14_translate/de-en reads de->en unless given "
+            "--source-lang en); ignored for files",
+        )
+        p.add_argument(
+            "--target-lang",
+            help="target language (default: the corpus's; unknown for files/TSV): picks sacreBLEU's tokenizer "
+            "(zh: zh, ja: ja-mecab, ko: ko-mecab, else 13a) and, with --dataset/--tfds, the direction",
+        )
+        add_bleu_tokenize_flag(p)
         p.add_argument(
             "--on-error", choices=("raise", "skip"), default="raise",
             help="bad lines (empty side, invalid UTF-8): stop with an error naming file and line (raise, the default), "
@@ -981,12 +1077,37 @@ def build_parser() -> argparse.ArgumentParser:
             "--log-every", type=int, default=50,
             help="off a terminal: a progress line every N training steps (default 50); a terminal shows a progress bar",
         )
+        p.add_argument(
+            "--valid-bleu-every", type=_non_negative_int, default=0,
+            help="translate the validation sentences and score BLEU/chrF every N training steps; 0 (default): at "
+            "each epoch end. Keeps best_bleu.weights.h5 and logs to TensorBoard",
+        )
+        p.add_argument(
+            "--valid-bleu-sentences", type=_non_negative_int, default=500,
+            help="how many validation sentences (the first N) validation BLEU translates (default 500; 0: no "
+            "validation BLEU)",
+        )
+        p.add_argument(
+            "--valid-bleu-beam-size", type=_positive_int, default=1,
+            help="beams of validation BLEU's search (default 1: greedy, the cheapest)",
+        )
+        p.add_argument(
+            "--early-stopping-patience", type=_non_negative_int, default=0,
+            help="stop after P validations without improvement of --early-stopping-metric (default 0: never); "
+            "resumable: re-running a stopped run trains nothing",
+        )
+        p.add_argument(
+            "--early-stopping-metric", choices=("bleu", "loss"), default="bleu",
+            help="bleu (default): validation BLEU, counted per BLEU validation; loss: validation loss, per epoch",
+        )
 
-    run = sub.add_parser("run", help="train, evaluate, export and translate on Multi30k en-de in one go")
+    run = sub.add_parser(
+        "run", help="train, evaluate, export and translate in one go (Multi30k en-de, or --dataset tatoeba_spa_eng)"
+    )
     add_data_flags(run, files=False)
     run.add_argument("--output-dir", default="runs/multi30k", help="vocabulary, checkpoints, model and export (default: runs/multi30k)")
     add_training_flags(run, epochs=20, minutes=6.0, average_last=0)
-    run.add_argument("--beam-size", type=int, default=4, help="beam size for test2016 (1: greedy; default 4)")
+    run.add_argument("--beam-size", type=int, default=4, help="beam size for the test set (1: greedy; default 4)")
     run.add_argument("--length-penalty", type=_alpha, default=None, help=ALPHA_HELP)
     add_stopping_flag(run)
     run.add_argument("--eval-batch-size", type=int, default=128, help="sentences per translation batch (default 128)")
@@ -1065,6 +1186,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (required)")
     evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned (required)")
     evaluate.add_argument("--output", help="write the translations (or the --n-best list) here (default: not written)")
+    evaluate.add_argument(
+        "--target-lang",
+        help="language of the references: picks sacreBLEU's tokenizer (zh: zh, ja: ja-mecab, ko: ko-mecab, "
+        "any other: 13a; default: none given, 13a)",
+    )
+    add_bleu_tokenize_flag(evaluate)
     evaluate.add_argument(
         "--beam-size", type=int, default=None, help="beams, 1: greedy (default 4, or a SavedModel's exported one)"
     )
@@ -1207,10 +1334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Keras warns that fit() ignores shuffle=True for a tf.data input; ours shuffles itself.
     warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
+    from keras_transformer.evaluation import MissingTokenizerPackages
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, FileNotFoundError, ValueError) as error:
+    except (CliError, FileNotFoundError, ValueError, MissingTokenizerPackages) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
 

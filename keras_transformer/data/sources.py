@@ -1,4 +1,4 @@
-"""Parallel text sources: local files, TSV, Multi30k and TFDS translation sets.
+"""Parallel text sources: local files, TSV, Multi30k, Tatoeba Spanish-English and TFDS translation sets.
 
 Every reader returns a :class:`ParallelText`: two aligned lists of sentences and
 a :class:`ReadReport` that counts what was read and what was skipped. Local
@@ -17,7 +17,10 @@ Bad input policy (``on_error``):
 * A missing file raises ``FileNotFoundError`` naming the path.
 
 The paper trains on WMT 2014 EN-DE (4.5M pairs) and EN-FR (Section 5.1);
-Multi30k (Elliott et al., 2016) is the small CPU-sized corpus used here.
+Multi30k (Elliott et al., 2016) is the small CPU-sized corpus used here, and
+the Tatoeba Spanish-English pairs of manythings.org (:func:`load_tatoeba`)
+a second language pair. :func:`load_corpus` opens either by name with its
+train/validation/test splits and languages.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import dataclasses
 import gzip
 import hashlib
 import os
+import warnings
 import tempfile
 import urllib.error
 import urllib.request
@@ -44,6 +48,11 @@ __all__ = [
     "multi30k_files",
     "load_tfds_translation",
     "tfds_translation_builder",
+    "load_tatoeba",
+    "load_corpus",
+    "disjoint_split",
+    "Corpus",
+    "DATASETS",
     "default_data_dir",
     "MULTI30K_URL",
     "MULTI30K_FILES",
@@ -518,6 +527,183 @@ def load_multi30k(
     return read_parallel_files(source_path, target_path, on_error=on_error)
 
 
+# --------------------------------------------------------------------------- Tatoeba Spanish-English
+
+#: The manythings.org/anki export of 2018-04-07 (118,121 lines ``English<TAB>Spanish``), whose split is documented.
+TATOEBA_SPA_ENG_SHA256 = "a2c37762eb7d9a7bf1aa0958bec55f2016ec6aaab6f7c1503822341587df2ba6"
+TATOEBA_URL = "http://storage.googleapis.com/download.tensorflow.org/data/spa-eng.zip"
+_TATOEBA_COLUMNS = {"en": 0, "es": 1}
+_SPLIT_ALIASES = {"validation": "valid", "val": "valid", "dev": "valid"}
+
+
+def disjoint_split(
+    sources: list[str], targets: list[str], valid_size: int, test_size: int, seed: int = 0
+) -> dict[str, list[int]]:
+    """Indices of a seeded train/valid/test split in which held-out sentences never occur in train.
+
+    Corpora such as Tatoeba pair one sentence with several translations (the
+    English "Go." with "Ve.", "Vete." and "Vaya."); a random split by pair
+    would put the same source sentence in train and test, and score
+    memorization. Here pairs are grouped into the connected components of the
+    graph linking every source sentence to every target sentence it is paired
+    with, and whole components go to one split: no source and no target
+    sentence of the valid or test split occurs in train, or in the other
+    held-out split, in either translation direction.
+
+    Components are ordered by the sha256 of ``"<seed>\\n<source>\\n<target>"``
+    of their first pair (so swapping the sides changes the order: pass the
+    sides in one fixed order and swap afterwards) (stable across Python and numpy versions), then each
+    goes to test while it fits in what test still lacks, else to valid while
+    it fits there, else to train; so the held-out splits get exactly
+    ``test_size`` and ``valid_size`` pairs when enough small components
+    exist. Pairs keep the file order within a component.
+
+    Args:
+        sources: source sentences.
+        targets: target sentences, aligned with ``sources``.
+        valid_size: pairs held out for validation (int >= 0).
+        test_size: pairs held out for test (int >= 0).
+        seed: the split's seed (int).
+
+    Returns:
+        ``{"train": [...], "valid": [...], "test": [...]}``: indices into
+        ``sources``, each list in the (seeded) component order.
+
+    Raises:
+        ValueError: for misaligned lists, negative sizes, or held-out sizes
+            that the components cannot fill exactly (naming the sizes).
+    """
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets; they must align")
+    if valid_size < 0 or test_size < 0:
+        raise ValueError(f"valid_size and test_size must be >= 0, got {valid_size} and {test_size}")
+    if valid_size + test_size >= len(sources):
+        raise ValueError(f"cannot hold out {valid_size} + {test_size} pairs of {len(sources)}")
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(node):
+        root = node
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[node] != root:  # path compression
+            parent[node], node = root, parent[node]
+        return root
+
+    for source, target in zip(sources, targets):
+        a, b = find((0, source)), find((1, target))
+        if a != b:
+            parent[a] = b
+    components: dict[tuple[int, str], list[int]] = {}
+    for index, source in enumerate(sources):
+        components.setdefault(find((0, source)), []).append(index)
+
+    def key(members):
+        first = members[0]
+        return hashlib.sha256(f"{seed}\n{sources[first]}\n{targets[first]}".encode("utf-8")).hexdigest()
+
+    split: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
+    for members in sorted(components.values(), key=key):
+        if len(split["test"]) + len(members) <= test_size:
+            split["test"].extend(members)
+        elif len(split["valid"]) + len(members) <= valid_size:
+            split["valid"].extend(members)
+        else:
+            split["train"].extend(members)
+    if len(split["test"]) != test_size or len(split["valid"]) != valid_size:
+        raise ValueError(
+            f"could not hold out exactly {valid_size} valid and {test_size} test pairs from whole groups of "
+            f"sentences (got {len(split['valid'])} and {len(split['test'])})"
+        )
+    return split
+
+
+def load_tatoeba(
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    source_lang: str = "es",
+    target_lang: str | None = None,
+    valid_size: int = 2000,
+    test_size: int = 2000,
+    seed: int = 0,
+    on_error: str = "raise",
+) -> ParallelText:
+    """Tatoeba Spanish-English pairs (manythings.org/anki ``spa.txt``), split with :func:`disjoint_split`.
+
+    ``spa.txt`` holds one pair per line, ``English<TAB>Spanish`` (later
+    exports add a third, attribution column, which is ignored), sorted from
+    short to long, with no official split. The split is made here: with the
+    defaults, 2,000 pairs for validation and 2,000 for test, the rest
+    (114,121 pairs of the 118,121-line 2018-04-07 export) for training; no
+    English and no Spanish sentence of valid or test occurs in train, so the
+    split is the same for both directions. Each split is in the seeded
+    order, so its first N pairs are a random sample (``--limit-test``,
+    ``--valid-bleu-sentences``). Another copy of the file (the manythings
+    export changes over time) gives another split: a warning says so.
+
+    Looks for ``spa.txt`` in ``data_dir/tatoeba_spa_eng``, then ``data_dir``
+    (default: ``$KERAS_TRANSFORMER_DATA``). There is no download: the site
+    asks not to be crawled; the message says where the file comes from.
+
+    Args:
+        split: ``"train"``, ``"valid"`` (aliases ``validation``, ``val``,
+            ``dev``) or ``"test"``.
+        data_dir: folder holding ``tatoeba_spa_eng/spa.txt`` or ``spa.txt``.
+        source_lang: ``"es"`` (Spanish -> English, default) or ``"en"``.
+        target_lang: the other language (default: the one that is not
+            ``source_lang``).
+        valid_size: validation pairs held out.
+        test_size: test pairs held out.
+        seed: the split's seed (0 is the documented split).
+        on_error: ``"raise"`` or ``"skip"`` (see the module docstring);
+            skipped lines are left out before splitting.
+
+    Returns:
+        :class:`ParallelText`, sources in ``source_lang``; its report counts
+        the lines of the whole file and the pairs kept in this split.
+
+    Raises:
+        ValueError: for an unknown split or language, or bad lines with
+            ``on_error="raise"`` (naming file and line).
+        FileNotFoundError: when ``spa.txt`` is in none of the folders (naming
+            them and the download address).
+    """
+    name = _SPLIT_ALIASES.get(split, split)
+    if name not in ("train", "valid", "test"):
+        raise ValueError(f"unknown Tatoeba split {split!r}; known: train, valid, test (+ validation, val, dev)")
+    target_lang = target_lang or next((lang for lang in _TATOEBA_COLUMNS if lang != source_lang), None)
+    if {source_lang, target_lang} != set(_TATOEBA_COLUMNS):
+        raise ValueError(f"tatoeba_spa_eng has languages 'es' and 'en', got source {source_lang!r} target {target_lang!r}")
+    data_dir = os.fspath(data_dir) if data_dir is not None else default_data_dir()
+    searched = [os.path.join(data_dir, "tatoeba_spa_eng"), data_dir] if data_dir else []
+    path = next((os.path.join(d, "spa.txt") for d in searched if os.path.isfile(os.path.join(d, "spa.txt"))), None)
+    if path is None:
+        raise FileNotFoundError(
+            f"Tatoeba Spanish-English not found: need spa.txt (UTF-8, English<TAB>Spanish per line) in one of: "
+            f"{', '.join(searched) or '(no data folder: pass data_dir or set $' + DATA_ENV_VAR + ')'}. "
+            f"It is the file inside {TATOEBA_URL} (from www.manythings.org/anki and tatoeba.org, CC BY 2.0)."
+        )
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest != TATOEBA_SPA_ENG_SHA256:
+        warnings.warn(
+            f"{path} is not the 2018-04-07 export (sha256 {digest[:12]}..., expected {TATOEBA_SPA_ENG_SHA256[:12]}...): "
+            "its train/valid/test split, and so its scores, differ from the ones documented",
+            stacklevel=2,
+        )
+    # Split on (English, Spanish) whatever the direction, so both directions get the same split.
+    pairs = read_tsv_pairs(path, _TATOEBA_COLUMNS["en"], _TATOEBA_COLUMNS["es"], on_error=on_error)
+    indices = disjoint_split(pairs.sources, pairs.targets, valid_size, test_size, seed)
+    chosen = indices[name]
+    english, spanish = [pairs.sources[i] for i in chosen], [pairs.targets[i] for i in chosen]
+    report = dataclasses.replace(
+        pairs.report,
+        source=f"{path} {source_lang}->{target_lang} [{name}: {len(chosen)} of the seed-{seed} split "
+        f"{len(indices['train'])}/{len(indices['valid'])}/{len(indices['test'])}]",
+        pairs_kept=len(chosen),
+    )
+    return ParallelText(*((english, spanish) if source_lang == "en" else (spanish, english)), report)
+
+
 # --------------------------------------------------------------------------- TFDS
 
 
@@ -687,3 +873,87 @@ def load_tfds_translation(
     report = ReadReport(source=f"tfds:{name}[{split}] {source_lang}->{target_lang}")
     pairs = iter_tfds_pairs(builder, split, source_lang, target_lang, report, on_error, max_pairs)
     return _collect(report, pairs)
+
+
+# --------------------------------------------------------------------------- named corpora
+
+
+@dataclasses.dataclass
+class Corpus:
+    """A parallel corpus with its splits and languages, as training and evaluation use it.
+
+    Attributes:
+        name: e.g. ``"multi30k"``, ``"tatoeba_spa_eng"`` (or a description
+            of the files read).
+        train: the training pairs.
+        valid: the validation pairs, or None.
+        test: the test pairs, or None.
+        test_name: the test split's name in messages and file names
+            (``"test2016"`` for Multi30k, ``"test"`` otherwise).
+        source_lang: source language code, or None when unknown.
+        target_lang: target language code, or None (it picks BLEU's
+            tokenizer: :func:`keras_transformer.evaluation.bleu_tokenizer_for`).
+    """
+
+    name: str
+    train: ParallelText
+    valid: ParallelText | None
+    test: ParallelText | None
+    test_name: str = "test"
+    source_lang: str | None = None
+    target_lang: str | None = None
+
+
+#: Corpora that :func:`load_corpus` opens by name -> (default source, default target).
+DATASETS = {"multi30k": ("en", "de"), "tatoeba_spa_eng": ("es", "en")}
+
+
+def load_corpus(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    download: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    on_error: str = "raise",
+) -> Corpus:
+    """A named corpus (:data:`DATASETS`) with its train, validation and test splits.
+
+    ``multi30k``: :func:`load_multi30k` train / val / test2016, English ->
+    German by default. ``tatoeba_spa_eng``: :func:`load_tatoeba` train /
+    valid / test (the seed-0 split: 2,000 valid and 2,000 test pairs held
+    out), Spanish -> English by default.
+
+    Args:
+        name: a key of :data:`DATASETS`.
+        data_dir: the data folder (default ``$KERAS_TRANSFORMER_DATA``).
+        source_lang: default: the corpus's (see :data:`DATASETS`).
+        target_lang: default: the other language of the corpus.
+        download: Multi30k only: download missing files.
+        cache_dir: Multi30k only: where downloads go.
+        on_error: ``"raise"`` or ``"skip"`` (see the module docstring).
+
+    Returns:
+        :class:`Corpus`.
+
+    Raises:
+        ValueError: for an unknown name (listing the known ones) or language.
+        FileNotFoundError: when the files are missing (see the loaders).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    languages = DATASETS[name]
+    source_lang = source_lang or (next(l for l in languages if l != target_lang) if target_lang else languages[0])
+    target_lang = target_lang or next((l for l in languages if l != source_lang), languages[1])
+    if name == "multi30k":
+        def load(split):
+            return load_multi30k(split, data_dir=data_dir, source_lang=source_lang, target_lang=target_lang,
+                                 download=download, cache_dir=cache_dir, on_error=on_error)
+
+        return Corpus(name, load("train"), load("val"), load("test2016"), "test2016", source_lang, target_lang)
+
+    def load(split):
+        return load_tatoeba(split, data_dir=data_dir, source_lang=source_lang, target_lang=target_lang,
+                            on_error=on_error)
+
+    return Corpus(name, load("train"), load("valid"), load("test"), "test", source_lang, target_lang)

@@ -98,6 +98,9 @@ def warn_truncated(truncated: list[int], total: int, what: str) -> None:
         )
 
 
+_warn_lines = warn_truncated  # translate_lines' argument of the same name shadows it
+
+
 def _length_order(lines: Sequence[str], sort_by_length: bool) -> list[int]:
     return sorted(range(len(lines)), key=lambda i: len(lines[i])) if sort_by_length else list(range(len(lines)))
 
@@ -109,6 +112,7 @@ def translate_lines(
     desc: str = "translating",
     sort_by_length: bool = True,
     workers: int = 1,
+    warn_truncated: bool = True,
 ) -> list[str]:
     """Translates ``lines`` in batches with a progress bar; returns them in input order.
 
@@ -129,6 +133,9 @@ def translate_lines(
             intra-op threads set to 1, ``workers`` = 2 x cores translated
             about 2x the sentences/s of one batch at a time on all cores
             (``scripts/bench/decode_vs_ctranslate2.py``, setting 4x1).
+        warn_truncated: print the warning about over-long lines (below);
+            False for a caller that translates the same lines again and
+            again (validation during training) and has warned once.
 
     Returns:
         One ``str`` translation per line, in order. Lines whose source was
@@ -156,7 +163,8 @@ def translate_lines(
     out, truncated = _map_batches(
         translate_batch, len(lines), _length_order(lines, sort_by_length), batch_size, workers, desc
     )
-    warn_truncated(truncated, len(out), "translated from their first max_length - 1 pieces")
+    if warn_truncated:  # the argument; the function of that name is _warn_lines here
+        _warn_lines(truncated, len(out), "translated from their first max_length - 1 pieces")
     return out
 
 

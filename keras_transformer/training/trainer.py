@@ -50,6 +50,7 @@ __all__ = [
     "install_train_step",
     "is_chief",
     "set_precision",
+    "task_dir",
 ]
 
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -108,6 +109,27 @@ def is_chief() -> bool:
     if "chief" in config.get("cluster", {}):
         return task.get("type") == "chief"
     return task.get("type") == "worker" and int(task.get("index", 0)) == 0
+
+
+def task_dir(model_dir: str | os.PathLike) -> pathlib.Path:
+    """Where this process writes its training state: ``model_dir`` on the chief, ``model_dir/<type>-<index>`` elsewhere.
+
+    Every worker of a ``MultiWorkerMirroredStrategy`` cluster must save and
+    restore its own checkpoints (and any state that decides when training
+    stops), but only the chief's are the run's: the others write beside it,
+    in their own folder.
+
+    Args:
+        model_dir: the run's folder.
+
+    Returns:
+        The folder (not created).
+    """
+    model_dir = pathlib.Path(model_dir)
+    if is_chief():
+        return model_dir
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    return model_dir / f"{task['type']}-{task.get('index', 0)}"
 
 
 def set_precision(policy: str | None) -> tuple[str, str]:
@@ -436,11 +458,14 @@ class TimeBudget(keras.callbacks.Callback):
 
     Args:
         seconds: the budget in seconds (wall clock, from the start of ``fit``).
+        excluded: a function returning seconds not to count (e.g. the time
+            spent translating for validation BLEU), or None.
     """
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, excluded=None):
         super().__init__()
         self.seconds = float(seconds)
+        self.excluded = excluded
         self._start = None
         self.stopped_early = False
 
@@ -449,7 +474,8 @@ class TimeBudget(keras.callbacks.Callback):
             self._start = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
-        if time.monotonic() - self._start >= self.seconds:
+        spent = time.monotonic() - self._start - (self.excluded() if self.excluded is not None else 0.0)
+        if spent >= self.seconds:
             self.stopped_early = True
             self.model.stop_training = True
 
@@ -504,6 +530,8 @@ def fit(
     tensorboard: bool = True,
     callbacks: list | None = None,
     verbose: int | str = "auto",
+    validation_bleu: keras.callbacks.Callback | None = None,
+    early_stopping: keras.callbacks.Callback | None = None,
 ) -> keras.callbacks.History:
     """Runs ``model.fit`` with the project's callbacks; re-running the same call after a kill resumes.
 
@@ -529,6 +557,13 @@ def fit(
     its first permutation in a new process (its epochs then differ from an
     uninterrupted run's, though no batch of the resumed epoch is repeated).
 
+    With ``validation_bleu`` (a :class:`~keras_transformer.training.validation.ValidationBLEU`)
+    the model is also translated and scored during training, and the best
+    model by validation BLEU is kept (``best_bleu.weights.h5``); its time is
+    left out of ``max_train_seconds``. With ``early_stopping`` (an
+    :class:`~keras_transformer.training.validation.EarlyStopping`) training
+    stops after its patience, and a re-run of a stopped run trains nothing.
+
     Args:
         model: a compiled Transformer (see :func:`compile_model`).
         train_data: an :class:`~keras_transformer.data.epochs.EpochBatches`,
@@ -542,8 +577,12 @@ def fit(
         keep_checkpoints: newest checkpoints kept (``config.checkpoint_average``).
         max_train_seconds: stop after this wall time (``None``: no limit).
         tensorboard: write TensorBoard logs.
-        callbacks: further Keras callbacks.
+        callbacks: further Keras callbacks (they see ``val_bleu``/``val_chrf``
+            in the epoch logs when ``validation_bleu`` is given).
         verbose: passed to ``model.fit``.
+        validation_bleu: a ``ValidationBLEU`` callback, or None.
+        early_stopping: an ``EarlyStopping`` callback (on ``val_loss``, or on
+            ``val_bleu``/``val_chrf`` fed by ``validation_bleu``), or None.
 
     Returns:
         The Keras ``History`` (merged over the partial and the full epochs).
@@ -554,10 +593,7 @@ def fit(
     """
     from keras_transformer.data.epochs import EpochBatches
 
-    model_dir = pathlib.Path(model_dir)
-    if not is_chief():
-        task = json.loads(os.environ["TF_CONFIG"])["task"]
-        model_dir = model_dir / f"{task['type']}-{task.get('index', 0)}"
+    model_dir = task_dir(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = model_dir / "checkpoints"
     ckpt_dir.mkdir(exist_ok=True)
@@ -577,7 +613,25 @@ def fit(
         cbs.append(ckpt.BestCheckpoint(model_dir / "best.weights.h5"))
     if tensorboard:
         cbs.append(keras.callbacks.TensorBoard(str(model_dir / "logs"), write_graph=False))
-    budget = TimeBudget(max_train_seconds) if max_train_seconds is not None else None
+    # After Keras' TensorBoard (which would log val_bleu a second time, per epoch), before the user's callbacks.
+    cbs.extend(cb for cb in (validation_bleu, early_stopping) if cb is not None)
+    if early_stopping is not None:
+        step = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        early_stopping.restore(step)
+        if early_stopping.exhausted:
+            best = early_stopping.best
+            print(
+                f"early stopping: this run stopped at step {step} ({early_stopping.monitor} did not improve in "
+                f"{early_stopping.patience} evaluations after its best"
+                + (f", {best['value']:.4g} at step {best['step']}" if best else "")
+                + "); nothing more to train",
+                flush=True,
+            )
+            history = keras.callbacks.History()
+            history.set_model(model)
+            return history
+    excluded = (lambda: validation_bleu.seconds) if validation_bleu is not None else None
+    budget = TimeBudget(max_train_seconds, excluded) if max_train_seconds is not None else None
     if budget is not None:
         cbs.append(budget)
     cbs.extend(callbacks or [])

@@ -9,6 +9,15 @@ Usage: ``python tests/training/_workers.py MODE OUT_JSON [options]``. Modes:
   (``TF_CONFIG`` set by the caller), or a single process without it.
 * ``buckets``: one epoch of bucketed Multi30k-like lengths with XLA on one
   device; the caller counts XLA compilations from ``--xla_dump_to``.
+* ``mirrored_bleu``: two logical CPU devices; ``trainer.fit`` of the tiny
+  Transformer on real Multi30k pairs under ``MirroredStrategy`` with
+  validation BLEU every 3 steps; then the same sentences translated by a
+  single-device copy of the final weights and scored with ``score_corpus``;
+  then a second run with validation loss and a scripted validation BLEU
+  every 2 steps feeding early stopping (patience 2), recording the weights
+  at each evaluation and epoch end, and the best-by-BLEU and best-by-loss
+  weights reloaded on one device.
+  Needs ``KERAS_TRANSFORMER_DATA`` (the folder holding ``multi30k/``).
 * ``resume``: ``trainer.fit`` with checkpoints every step; logs each batch
   (epoch, batch, optimizer step) to ``OUT_JSON`` lines; sleeps per batch so a
   test can kill it mid-epoch.
@@ -37,7 +46,7 @@ MODE, OUT = sys.argv[1], sys.argv[2]
 if MODE == "stream" and "TF_CONFIG" in os.environ:
     # MultiWorkerMirroredStrategy must exist before TensorFlow runs any op.
     STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
-if MODE == "mirrored":
+if MODE in ("mirrored", "mirrored_bleu"):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
@@ -266,6 +275,94 @@ def main():
         model = trainer.build_model(CONFIG)
         trainer.compile_model(model, CONFIG, jit_compile=True)
         model.fit(dataset, epochs=1, verbose=0)
+    elif MODE == "mirrored_bleu":
+        import itertools
+        import pathlib
+
+        from keras_transformer.data.pipeline import make_dataset, prepare_pairs
+        from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
+        from keras_transformer.decoding.corpus import translate_lines
+        from keras_transformer.decoding.translator import Translator
+        from keras_transformer.evaluation import score_corpus
+        from keras_transformer.training.validation import ValidationBLEU
+
+        model_dir = pathlib.Path(sys.argv[3])
+        data = pathlib.Path(os.environ["KERAS_TRANSFORMER_DATA"]) / "multi30k"
+
+        def lines(name, n):
+            with open(data / name, encoding="utf-8") as f:
+                return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+        train_src, train_tgt = lines("train.en", 300), lines("train.de", 300)
+        valid_src, valid_ref = lines("val.en", 10), lines("val.de", 10)
+        spm = train_sentencepiece(train_src + train_tgt, model_dir / "spm", vocab_size=300)
+        keras.utils.set_random_seed(7)
+        tokenizer = SubwordTokenizer(spm)
+        config = get_preset("tiny", vocab_size=tokenizer.vocab_size, warmup_steps=10)
+        strategy = trainer.get_strategy("mirrored")
+        result["replicas"] = strategy.num_replicas_in_sync
+        prepared = prepare_pairs(train_src, train_tgt, tokenizer, config.max_length)
+        dataset = make_dataset(prepared, batch_tokens=config.batch_tokens, padding="fixed", shuffle=False,
+                               num_replicas=2).take(6)
+        with strategy.scope():
+            model = trainer.build_model(config)
+            trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=0.02)
+        callback = ValidationBLEU(valid_src, valid_ref, tokenizer, config, every_steps=3, model_dir=model_dir)
+        trainer.fit(model, dataset, model_dir=model_dir, epochs=1, verbose=0, validation_bleu=callback)
+        result["evaluations"] = callback.evaluations
+        result["callback_hypotheses"] = callback.hypotheses
+        result["step"] = int(model.optimizer.iterations.numpy())
+        result["variable_type"] = type(model.trainable_variables[0].value).__name__
+        single = trainer.build_model(config)  # outside the strategy: one device
+        single.set_weights(model.get_weights())
+        translator = Translator(single, tokenizer, max_length=config.max_length,
+                                extra_decode_length=config.extra_decode_length, beam_size=1)
+        hypotheses = translate_lines(translator.translate_greedy, valid_src, batch_size=64)
+        scores = score_corpus(hypotheses, valid_ref)
+        result["hypotheses"], result["bleu"], result["chrf"] = hypotheses, scores.bleu, scores.chrf
+        result["best"] = json.loads((model_dir / "best_bleu.weights.h5.json").read_text())
+
+        # Second run under the strategy: the best model by validation loss and by (scripted) BLEU, and early
+        # stopping on BLEU, checked against the weights recorded at each evaluation and epoch end.
+        from keras_transformer.evaluation import Scores
+        from keras_transformer.training.validation import EarlyStopping
+
+        weights_at = {}
+
+        def record(step):
+            weights_at[step] = [w.tolist() for w in model.get_weights()]
+
+        class ScriptedBLEU(ValidationBLEU):
+            def translate_and_score(self):
+                record(int(self.model.optimizer.iterations.numpy()))
+                bleu = next(scripted)
+                return Scores(bleu, bleu / 2, "tok:13a", "chrF", len(self.sources)), [""] * len(self.sources)
+
+        class EpochEnds(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                record(int(self.model.optimizer.iterations.numpy()))
+
+        scripted = iter([5.0, 7.0, 6.0, 6.5, 99.0])
+        stop_dir = model_dir / "stopping"
+        with strategy.scope():
+            model = trainer.build_model(config)
+            trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=0.02)
+        valid = make_dataset(prepare_pairs(valid_src, valid_ref, tokenizer, config.max_length),
+                             batch_tokens=config.batch_tokens, padding="fixed", num_replicas=2)
+        stopping = EarlyStopping("val_bleu", patience=2, model_dir=stop_dir)
+        callback = ScriptedBLEU(valid_src, valid_ref, tokenizer, config, every_steps=2, model_dir=stop_dir,
+                                early_stopping=stopping, tensorboard=False)
+        history = trainer.fit(model, dataset, model_dir=stop_dir, epochs=3, validation_data=valid, verbose=0,
+                              validation_bleu=callback, early_stopping=stopping, callbacks=[EpochEnds()])
+        result["stop_step"] = int(model.optimizer.iterations.numpy())
+        result["stop_history"] = stopping.history
+        result["stop_val_loss"] = history.history["val_loss"]
+        result["stop_best_bleu"] = json.loads((stop_dir / "best_bleu.weights.h5.json").read_text())
+        result["stop_best_loss"] = json.loads((stop_dir / "best.weights.h5.json").read_text())
+        for name in ("best_bleu", "best"):
+            single.load_weights(stop_dir / f"{name}.weights.h5")
+            result[f"{name}_weights"] = [w.tolist() for w in single.get_weights()]
+        result["weights_at"] = weights_at
     elif MODE == "resume":
         model_dir, epochs, steps = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         batches = uneven_batches(steps, seed=3)

@@ -99,3 +99,30 @@ def test_bucketing_bounds_xla_compilations(tmp_path):
     compilations = len(_xla_compilations(dump))
     assert 1 <= compilations <= len(widths)
     assert compilations == result["fixed_shapes"]
+
+
+def test_validation_bleu_under_mirrored_strategy_matches_one_device(tmp_path, multi30k_dir):
+    """ValidationBLEU translates the mirrored model being trained exactly as a one-device copy of its weights."""
+    result = _run("mirrored_bleu", tmp_path / "out.json", tmp_path / "run",
+                  env={"KERAS_TRANSFORMER_DATA": str(multi30k_dir.parent)})
+    assert result["replicas"] == 2 and result["variable_type"] == "MirroredVariable"
+    assert result["step"] == 6 and [e["step"] for e in result["evaluations"]] == [3, 6]
+    assert result["callback_hypotheses"] == result["hypotheses"] and any(result["hypotheses"])
+    last = result["evaluations"][-1]
+    assert (last["bleu"], last["chrf"], last["sentences"]) == (result["bleu"], result["chrf"], 10)
+    first_best = max(result["evaluations"], key=lambda e: e["bleu"])
+    assert (result["best"]["step"], result["best"]["val_chrf"]) == (first_best["step"], first_best["chrf"])
+
+    # Early stopping under the strategy: BLEU 5, 7 (best), 6, 6.5 every 2 steps uses up a patience of 2 at step 8,
+    # the 2nd batch of the 2nd epoch (6 batches per epoch).
+    assert result["stop_step"] == 8
+    assert [(r["step"], r["value"]) for r in result["stop_history"]] == [(2, 5.0), (4, 7.0), (6, 6.0), (8, 6.5)]
+    assert (result["stop_best_bleu"]["step"], result["stop_best_bleu"]["val_bleu"]) == (4, 7.0)
+    # The best model by BLEU holds the weights of step 4; the best by loss those of the epoch end (step 6 or the
+    # stop at step 8) with the lower validation loss, both reloaded on one device.
+    weights_at = result["weights_at"]
+    assert result["best_bleu_weights"] == weights_at["4"]
+    assert len(result["stop_val_loss"]) == 2 and result["weights_at"]["6"] != result["weights_at"]["8"]
+    best_epoch = int(np.argmin(result["stop_val_loss"]))
+    assert result["stop_best_loss"]["epoch"] == best_epoch
+    assert result["best_weights"] == weights_at[["6", "8"][best_epoch]]
