@@ -1151,7 +1151,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep = sub.add_parser(
         "prepare", help="tokenize a corpus once into id shards with a manifest, for train --prepared-dir"
     )
-    prep.add_argument("--output-dir", required=True, help="the prepared folder (reused when it already matches)")
+    prep.add_argument("--output-dir", required=True, help="the prepared folder (reused when it already matches; required)")
     add_data_flags(prep, files=True)
     prep.add_argument("--vocab", help="an existing SentencePiece model to use (default: train one, or keep the "
                                       "folder's)")
@@ -1167,7 +1167,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="what to do with pairs longer than --max-length (counted either way; default drop)",
     )
     add_prepare_flags(prep, prepare_command=True)
-    prep.add_argument("--force", action="store_true", help="prepare again even when the folder matches")
+    prep.add_argument("--force", action="store_true", help="prepare again even when the folder matches (default: reuse it)")
     prep.set_defaults(func=_cmd_prepare)
 
     average = sub.add_parser("average-checkpoints", help="average the last N checkpoints (Section 6.1)")
