@@ -316,6 +316,32 @@ def train_run(args, model_dir, data_flags, steps, timeout, max_rss=None, log_pat
     return result
 
 
+_STREAM_ONLY = """
+import sys, time
+from keras_transformer.data.prepare import open_prepared
+from keras_transformer.data.streaming import make_streaming_batches
+corpus = open_prepared(sys.argv[1])
+batches = make_streaming_batches(corpus, batch_tokens=int(sys.argv[2]), seed=0)
+start, n = time.perf_counter(), 0
+for _ in batches.dataset(0, 1):
+    n += 1
+    if n == 1:
+        print("first batch", flush=True)
+    if time.perf_counter() - start > float(sys.argv[3]):
+        break
+print(f"streamed {n} batches", flush=True)
+"""
+
+
+def stream_only_rss(prepared_dir, args, seconds: float) -> dict:
+    """Peak RSS of a process that only streams training batches from ``prepared_dir`` (no model): the data path's memory."""
+    run = Run([sys.executable, "-c", _STREAM_ONLY, prepared_dir, args.train_batch_tokens, seconds])
+    done = run.wait_for(r"^streamed \d+ batches", timeout=seconds + 300)
+    streamed = next((line for _, line in run.lines if line.startswith("streamed")), "")
+    run.stop()
+    return {"peak_rss_tree": run.peak_tree, "finished": done is not None, "streamed": streamed}
+
+
 def pipeline_vs_training(prepared_dir, args) -> dict:
     import tensorflow as tf
 
@@ -458,6 +484,10 @@ def main(argv=None) -> int:
         if run["first_step_seconds"] is None:
             print(f"train --prepared-dir at {size:,} pairs: no first step\n{run['tail']}", flush=True)
             continue
+        data = stream_only_rss(folder, args, seconds=60)
+        print(f"streaming alone (no model) at {size:,} pairs, {args.train_batch_tokens} tokens/batch: "
+              f"{data['streamed'] or 'no batch'} in 60 s, peak RSS {_gb(data['peak_rss_tree'])} (the data path's "
+              "own memory, TensorFlow included)", flush=True)
         steps = f"{args.rss_steps} steps" if run.get("last_step_seconds") else "fewer steps (timeout)"
         print(f"train --prepared-dir at {size:,} pairs (base, {args.train_batch_tokens} tokens/batch): first step "
               f"{run['first_step_seconds']:.1f} s after the start [target < 60 s]; peak RSS over {steps} "
