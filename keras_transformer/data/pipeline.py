@@ -27,8 +27,9 @@ Padding widths come from a small fixed set (:func:`bucket_widths`, about 10%
 apart), so padding stays low; with ``padding="fixed"`` every batch of bucket
 ``w`` has the shape ``[batch_tokens // w, w]`` on both sides (all-0 padding
 rows), so XLA compiles at most once per bucket. Each epoch is planned at once
-from a shuffled index permutation (the batches ``group_by_window`` would emit)
-and each batch is gathered from the in-memory ids in one op.
+from a shuffled index permutation (the batches ``group_by_window`` would emit,
+each bucket's incomplete last batch moved from the end of the epoch to a
+position drawn from the permutation) and each batch is gathered from the in-memory ids in one op.
 """
 
 from __future__ import annotations
@@ -283,12 +284,20 @@ PADDING_MODES = ("bucket", "batch", "fixed")
 def _batch_plan(
     permutation: tf.Tensor, bucket_of: tf.Tensor, sizes: tf.Tensor, drop_remainder: bool
 ) -> tuple[tf.RaggedTensor, tf.Tensor]:
-    """The batches of one epoch, as ``group_by_window`` would emit them, computed at once.
+    """The batches of one epoch, computed at once.
 
     Pairs arrive in ``permutation`` order; pair ``i`` joins bucket
     ``bucket_of[i]``, whose batch is emitted as soon as it holds
-    ``sizes[bucket]`` pairs; at the end the incomplete batches are emitted in
-    increasing bucket order (``tf.data``'s ``group_by_window`` semantics).
+    ``sizes[bucket]`` pairs (``tf.data``'s ``group_by_window`` order for full
+    batches). The incomplete last batch of each bucket is emitted at a
+    position drawn from the epoch's permutation (``permutation[bucket] mod
+    N``), not at the end of the epoch: ``group_by_window`` emits them all
+    last, in increasing bucket order, so every epoch would end with a run of
+    small batches of the longest sentences, just before the epoch-end
+    checkpoint, validation and checkpoint averaging. With a single bucket
+    (fixed ``batch_size`` batches) the incomplete batch stays last, as
+    ``batch()`` emits it. The plan stays a pure function of the permutation
+    (exact resumption).
 
     Args:
         permutation: ``[N]`` ``int64`` pair indices in arrival order.
@@ -315,8 +324,12 @@ def _batch_plan(
     batch_keys = tf.math.unsorted_segment_max(sorted_keys, segment, num_batches)
     lengths = tf.math.unsorted_segment_sum(tf.ones_like(segment), segment, num_batches)
     full = tf.equal(lengths, tf.gather(sizes, batch_keys))
-    # A full batch leaves when its last pair arrives; the rest at the end, by bucket.
-    emitted = tf.argsort(tf.where(full, last, n + batch_keys), stable=True)
+    # A full batch leaves when its last pair arrives; an incomplete one at a
+    # position that the permutation draws for its bucket (spread over the epoch).
+    # With one bucket (fixed ``batch_size`` batches) it stays last, as ``batch()`` puts it.
+    drawn = tf.gather(permutation, batch_keys % tf.maximum(n, 1)) % tf.maximum(n, 1)
+    drawn = tf.where(tf.size(sizes) > 1, drawn, n)
+    emitted = tf.argsort(tf.where(full, last, drawn), stable=True)
     indices = tf.RaggedTensor.from_value_rowids(tf.gather(permutation, order), segment, nrows=num_batches)
     indices, batch_keys, full = (tf.gather(x, emitted) for x in (indices, batch_keys, full))
     if drop_remainder:
@@ -479,8 +492,10 @@ def make_dataset(
     baseline, ``batch_size`` pairs in shuffled order.
 
     The batches of an epoch are planned at once from a shuffled index
-    permutation (the same batches, in the same order, as
-    ``shuffle(...).group_by_window(...)`` over the pairs in that order), then
+    permutation (the same batches as ``shuffle(...).group_by_window(...)``
+    over the pairs in that order, the full ones in the same order; each
+    bucket's incomplete last batch comes at a drawn position instead of at
+    the end of the epoch: see :func:`_batch_plan`), then
     each batch is gathered from the in-memory ids in one vectorized op.
 
     Which permutation: with ``epoch=None`` a new one at every iteration of the

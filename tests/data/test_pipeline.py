@@ -213,6 +213,21 @@ def _strip(ids: np.ndarray) -> np.ndarray:
     return ids[:, :keep]
 
 
+def _batch_id(source_ids) -> bytes:
+    return _strip(source_ids).tobytes()
+
+
+def _incomplete_batches(prepared, batch_tokens=None, batch_size=None, drop_remainder=False, **unused):
+    """How many incomplete (last-of-bucket) batches an epoch holds, counted by hand."""
+    if drop_remainder:
+        return 0
+    if batch_tokens is None:
+        return int(len(prepared) % batch_size != 0)
+    longest = int(max(prepared.source_ids.row_lengths().numpy().max(), prepared.target_ids.row_lengths().numpy().max()))
+    counts = _buckets_by_hand(prepared, bucket_widths(longest))
+    return sum(count % (batch_tokens // width) != 0 for width, count in counts.items())
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [dict(batch_tokens=256, seed=3), dict(batch_tokens=700, seed=5, drop_remainder=True),
@@ -220,16 +235,50 @@ def _strip(ids: np.ndarray) -> np.ndarray:
      dict(batch_size=64, seed=2)],
 )
 def test_planned_batches_equal_group_by_window(val_prepared, kwargs):
-    """The batches planned per epoch are those of shuffle + group_by_window, in the same order, epoch after epoch."""
+    """An epoch's planned batches are those of shuffle + group_by_window, epoch after epoch.
+
+    The full batches come in group_by_window's order; the incomplete last
+    batch of each bucket, which group_by_window emits at the end of the
+    epoch, comes at a drawn position instead (the same batches).
+    """
     ours = make_dataset(val_prepared, padding="batch", **kwargs)
     reference = _reference_dataset(val_prepared, **kwargs)
+    incomplete = _incomplete_batches(val_prepared, **kwargs)
     for _ in range(2):
         got, want = list(ours), list(reference)
-        assert len(got) == len(want) > 0
-        for ((source, target_in), target_out), (ref_source, ref_target) in zip(got, want):
+        assert len(got) == len(want) > incomplete
+        flushed = {_batch_id(ref_source.numpy()) for ref_source, _ in want[len(want) - incomplete:]}
+        assert len(flushed) == incomplete
+        got_full = [batch for batch in got if _batch_id(batch[0][0].numpy()) not in flushed]
+        assert len(got_full) == len(want) - incomplete  # every flushed batch is planned, once
+        for ((source, target_in), target_out), (ref_source, ref_target) in zip(got_full, want):
             np.testing.assert_array_equal(source.numpy(), _strip(ref_source.numpy()))
             np.testing.assert_array_equal(target_out.numpy(), _strip(ref_target.numpy()))
             assert (target_in.numpy()[:, 0] == BOS).all()
+
+
+def test_incomplete_batches_are_spread_over_the_epoch(val_prepared):
+    """Each bucket's incomplete batch comes at a drawn position, not all at the end of the epoch.
+
+    With group_by_window every epoch would end with them, in increasing
+    length: the updates just before an epoch-end checkpoint would be small
+    batches of the longest sentences.
+    """
+    kwargs = dict(batch_tokens=256, seed=3)
+    incomplete = _incomplete_batches(val_prepared, **kwargs)
+    assert incomplete >= 5
+    ours = make_dataset(val_prepared, padding="batch", **kwargs)
+    reference = _reference_dataset(val_prepared, **kwargs)
+    placements = []
+    for _ in range(2):  # two epochs
+        got, want = list(ours), list(reference)
+        flushed = {_batch_id(source.numpy()) for source, _ in want[len(want) - incomplete:]}
+        positions = [i for i, ((source, _), _) in enumerate(got) if _batch_id(source.numpy()) in flushed]
+        assert len(positions) == incomplete
+        assert positions != list(range(len(got) - incomplete, len(got)))  # group_by_window's place
+        assert min(positions) < len(got) // 2
+        placements.append(positions)
+    assert placements[0] != placements[1]  # drawn anew with each epoch's permutation
 
 
 def _buckets_by_hand(prepared, widths):
