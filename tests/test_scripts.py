@@ -1,0 +1,42 @@
+"""The CPU recipe script's settings: the command parses, and it trains what the README says."""
+
+import pathlib
+import re
+import shlex
+
+from keras_transformer.cli import build_parser
+from keras_transformer.config import get_preset
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _recipe_arguments():
+    """The arguments of the ``keras-transformer`` command in scripts/multi30k_cpu.sh, variables filled in."""
+    text = (REPO / "scripts" / "multi30k_cpu.sh").read_text(encoding="utf-8")
+    command = re.search(r"^keras-transformer (run .+?)(?<!\\)\n", text, flags=re.S | re.M).group(1)
+    command = command.replace("\\\n", " ").replace('"$DATA_DIR"', "data").replace('"$OUT"', "out")
+    return shlex.split(command)
+
+
+def test_cpu_recipe_command_parses_to_the_documented_settings():
+    args = build_parser().parse_args(_recipe_arguments())
+    assert args.command == "run"
+    assert (args.preset, args.dropout_rate, args.precision) == ("small", 0.3, "mixed_bfloat16")
+    assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
+    assert (args.data_dir, args.output_dir) == ("data", "out")
+
+
+def test_cpu_recipe_is_described_in_the_readme():
+    """The README's recipe section names the script's dropout and checkpoint average."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## BLEU", 1)[1].split("\n## ", 1)[0]
+    assert "scripts/multi30k_cpu.sh" in section
+    assert "dropout\n0.3" in section or "dropout 0.3" in section
+    assert "last 10 checkpoints" in section
+
+
+def test_small_preset_is_the_recipes_architecture():
+    """The recipe changes training settings only: the `small` preset keeps its architecture."""
+    small = get_preset("small")
+    assert (small.num_layers, small.d_model, small.num_heads, small.dff) == (3, 256, 4, 1024)
+    assert (small.norm_first, small.tie_embeddings, small.vocab_size) == (True, True, 8000)
