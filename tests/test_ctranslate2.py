@@ -67,7 +67,7 @@ def valid(multi30k_dir):
     return _read(multi30k_dir / "val.en", NUM_VALID), _read(multi30k_dir / "val.de", NUM_VALID)
 
 
-def _train(spm_model, pairs, **overrides):
+def _train(spm_model, pairs, learning_rate_scale=2.0, **overrides):
     """A d_model-64, 2+2-layer model after TRAIN_STEPS steps of 1,024-token batches (~15 s on 2 cores)."""
     from keras_transformer.training import trainer
 
@@ -77,7 +77,7 @@ def _train(spm_model, pairs, **overrides):
                         num_heads=4, warmup_steps=100, batch_tokens=1024, **overrides)
     data = make_dataset(prepare_pairs(*pairs, tokenizer, max_length=MAX_LENGTH), batch_tokens=1024, seed=0)
     model = trainer.build_model(config)
-    trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=2.0)
+    trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=learning_rate_scale)
     model.fit(data.repeat(), steps_per_epoch=TRAIN_STEPS, epochs=1, verbose=0)
     return model
 
@@ -88,7 +88,8 @@ def models(spm_model, pairs, tmp_path_factory):
     out = {}
     for name, overrides in {
         "pre_ln": dict(norm_first=True),
-        "post_ln": dict(norm_first=False, tie_embeddings=False, learned_positions=True),
+        # Post-LN trains less stably: at twice the rate its outputs barely depend on the input.
+        "post_ln": dict(norm_first=False, tie_embeddings=False, learned_positions=True, learning_rate_scale=1.0),
     }.items():
         model = _train(spm_model, pairs, **overrides)
         path = export_ctranslate2(model, SubwordTokenizer(spm_model), tmp_path_factory.mktemp(name) / "ct2",
@@ -139,7 +140,9 @@ def test_greedy_equals_tf_translator(models, tokenizer, valid, name):
     assert same_ids >= 0.99 and same_text >= 0.99
     assert abs(tf_bleu - ct2_bleu) <= 0.2
     # A trained model: real German words, not a random model's noise.
-    assert tf_bleu > 1.0
+    # Outputs that depend on the input (a degenerate model repeats a few sentences, which would
+    # hide a wrong cross-attention).
+    assert tf_bleu > 1.0 and len(set(tf_text)) > NUM_VALID // 4
     assert sum(t.split()[0] in ("Ein", "Eine", "Zwei", "Drei", "Der", "Die", "Das", "Mehrere")
                for t in out["translations"] if t) > NUM_VALID // 2
 
