@@ -29,7 +29,8 @@ apart), so padding stays low; with ``padding="fixed"`` every batch of bucket
 rows), so XLA compiles at most once per bucket. Each epoch is planned at once
 from a shuffled index permutation (the batches ``group_by_window`` would emit,
 each bucket's incomplete last batch moved from the end of the epoch to a
-position drawn from the permutation) and each batch is gathered from the in-memory ids in one op.
+position drawn from the permutation) and each batch is gathered from the
+in-memory ids in one op.
 """
 
 from __future__ import annotations
@@ -327,8 +328,8 @@ def _batch_plan(
     # A full batch leaves when its last pair arrives; an incomplete one at a
     # position that the permutation draws for its bucket (spread over the epoch).
     # With one bucket (fixed ``batch_size`` batches) it stays last, as ``batch()`` puts it.
-    drawn = tf.gather(permutation, batch_keys % tf.maximum(n, 1)) % tf.maximum(n, 1)
-    drawn = tf.where(tf.size(sizes) > 1, drawn, n)
+    span = tf.maximum(n, 1)
+    drawn = tf.where(tf.size(sizes) > 1, tf.gather(permutation, batch_keys % span) % span, n)
     emitted = tf.argsort(tf.where(full, last, drawn), stable=True)
     indices = tf.RaggedTensor.from_value_rowids(tf.gather(permutation, order), segment, nrows=num_batches)
     indices, batch_keys, full = (tf.gather(x, emitted) for x in (indices, batch_keys, full))

@@ -260,7 +260,7 @@ def test_in_memory_epochs_from_seed_and_epoch(tokenizer, multi30k_val):
         for (source, target_out), (ref_source, ref_target) in zip(got_full, want_full):
             np.testing.assert_array_equal(source, ref_source)
             np.testing.assert_array_equal(target_out, ref_target)
-        assert sorted(s.tobytes() for s, _ in got if not full(s, _)) == sorted(
+        assert sorted(s.tobytes() for s, t in got if not full(s, t)) == sorted(
             s.tobytes() for s, t in want if not full(s, t))
     # make_dataset(epoch=e) is that epoch; a rebuilt object gives the same; a resumed range skips exactly.
     flat = [(s.numpy().tobytes(), t.numpy().tobytes()) for (s, _), t in epochs[0] + epochs[1]]
