@@ -510,9 +510,13 @@ def _average_into(model, model_dir: pathlib.Path, last: int) -> list[str] | None
 
 def _make_translator(
     model, tokenizer, config, beam_size: int, length_penalty: float | None = None, jit_compile: bool = False,
-    early_stopping: bool = True, xla_max_rows: int | None = 1, **sampling,
+    early_stopping: bool = True, xla_max_rows: int | None = 4, **sampling,
 ):
-    """(Translator, its translate function for ``beam_size``, a description); alpha defaults to the config's."""
+    """(Translator, its translate function for ``beam_size``, a description); alpha defaults to the config's.
+
+    The translator keeps its own copy of the output projection
+    (``cache_output_matrix``): the model it gets is trained.
+    """
     from keras_transformer.decoding.translator import Translator
 
     alpha = config.length_penalty if length_penalty is None else length_penalty
@@ -526,6 +530,7 @@ def _make_translator(
         jit_compile=jit_compile,
         early_stopping=early_stopping,
         xla_max_rows=xla_max_rows,
+        cache_output_matrix=True,
         **sampling,
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
@@ -1232,10 +1237,10 @@ def build_parser() -> argparse.ArgumentParser:
         "default: no XLA)",
     )
     export.add_argument(
-        "--xla-max-rows", type=int, default=1,
+        "--xla-max-rows", type=int, default=4,
         help="with --xla: the most decoding rows (sentences x beams) a search may have to run in XLA; larger ones "
-        "run the graph-mode search, which drops finished sentences (0: every search; default 1: greedy search of "
-        "one sentence, where XLA is 2x faster on a CPU)",
+        "run the graph-mode search, which drops finished sentences (0: every search; default 4: one sentence's "
+        "greedy or beam-4 search, where XLA is faster on a CPU)",
     )
     export.add_argument(
         "--sampling", action="store_true",

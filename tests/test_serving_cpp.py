@@ -188,27 +188,26 @@ def test_xla_export_runs_only_with_xla_cpu_compilation_enabled(binary, op_librar
         config = json.load(f)
     assert config["xla_compiled"] is True
     # Searches of at most xla_max_rows decoding rows take the XLA-compiled search: with the default
-    # (1), greedy search of a single sentence.
+    # (4), a single sentence's greedy and beam search (the test model has 2 beams: 2 rows).
     rows = config["decoding"]["xla_max_rows"]
-    assert rows == 1
+    assert rows == 4
     sentences = real_sentences[:1]
     stdin = sentences[0]  # no final newline: the line still counts
 
-    refused = _run(binary, paths[2], stdin, op_libraries, "--signature", "greedy")
-    assert refused.returncode != 0
-    assert b"XLA compilation disabled" in refused.stderr  # TF Serving's default
-    assert refused.stdout == b""
-
-    expected = _python_translations(paths[2], sentences, "greedy")
-    lines = _output_lines(_run(binary, paths[2], stdin, op_libraries, "--signature", "greedy",
-                               "--xla_cpu_compilation_enabled"))
-    assert lines == expected and len(lines) == 1 and all(lines)
-    # Beam search (2 beams x 1 sentence = 2 rows) and larger greedy batches run in graph mode: no flag needed.
-    beam = _output_lines(_run(binary, paths[2], stdin, op_libraries))
-    assert beam == _python_translations(paths[2], sentences)
-    batch = b"\n".join(real_sentences[:3])
-    greedy = _output_lines(_run(binary, paths[2], batch, op_libraries, "--signature", "greedy"))
-    assert greedy == _python_translations(paths[2], real_sentences[:3], "greedy")
+    for signature in ("greedy", "serving_default"):
+        refused = _run(binary, paths[2], stdin, op_libraries, "--signature", signature)
+        assert refused.returncode != 0
+        assert b"XLA compilation disabled" in refused.stderr  # TF Serving's default
+        assert refused.stdout == b""
+        expected = _python_translations(paths[2], sentences, signature)
+        lines = _output_lines(_run(binary, paths[2], stdin, op_libraries, "--signature", signature,
+                                   "--xla_cpu_compilation_enabled"))
+        assert lines == expected and len(lines) == 1 and all(lines)
+    # Larger searches (5 sentences: 5 greedy rows, 10 beam rows) run in graph mode: no flag needed.
+    batch = b"\n".join(real_sentences[:5])
+    for signature in ("greedy", "serving_default"):
+        out = _output_lines(_run(binary, paths[2], batch, op_libraries, "--signature", signature))
+        assert out == _python_translations(paths[2], real_sentences[:5], signature)
 
 
 @needs_gxx

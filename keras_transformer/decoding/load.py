@@ -254,6 +254,7 @@ def open_translator(
             translator = Translator(
                 model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
                 jit_compile=jit_compile, sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
+                cache_output_matrix=True,
             )
             return OpenedTranslator(
                 kind, _sampled(translator.translate_sampled, seed),
@@ -265,7 +266,7 @@ def open_translator(
         translator = Translator(
             model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
             beam_size=beam, length_penalty=alpha, jit_compile=jit_compile,
-            early_stopping=True if early_stopping is None else early_stopping,
+            early_stopping=True if early_stopping is None else early_stopping, cache_output_matrix=True,
         )
         fn = translator.translate if beam > 1 else translator.translate_greedy
         return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator,

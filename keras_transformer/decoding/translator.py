@@ -186,11 +186,24 @@ class Translator(tf.Module):
         xla_max_rows: the most decoding rows (batch size, times ``beam_size``
             for beam search) that ``jit_compile`` sends to XLA (Python int
             >= 1), or None for every search (static shapes throughout, e.g.
-            for accelerators). Default 1: greedy search of a single
-            sentence, where per-op dispatch dominates and XLA's fused loop
-            wins (2x the graph-mode sentences/s); XLA's beam search was
-            slower than the graph-mode one at every batch size measured on a
-            CPU (XLA's CPU matrix products of 2-8 rows are slow).
+            for accelerators). Default 4: a single sentence's greedy or
+            beam-4 search (or greedy search of up to 4 sentences), where
+            per-op dispatch and small matrix products dominate and XLA's
+            fused loop wins; larger searches gain more from the graph mode's
+            shrinking batch (``scripts/bench/decode_vs_ctranslate2.py``).
+        cache_output_matrix: keep a copy of the pre-softmax projection in the
+            ``[d_model, vocab_size]`` layout (the transposed tied embedding
+            matrix), made here, instead of transposing the embedding matrix
+            at every call (about 1.2x a single sentence's greedy and beam
+            search on a CPU: the ``[rows, d_model] x [d_model, vocab]``
+            product streams the matrix faster than the ``transpose_b`` one,
+            and the per-call transpose is gone). It costs
+            ``4 * d_model * vocab_size`` bytes (8 MB for the ``small``
+            preset) and, unlike every other weight, **does not follow later
+            changes of the model's weights**: use it for a trained model
+            (exports set it; see :meth:`with_settings`), not for translating
+            during training. Ignored for untied models, whose projection
+            kernel already has that layout.
         sampling_topk: ``translate_sampled`` keeps the k most probable tokens
             at each step (int >= 0; 0: no top-k restriction, 1: greedy).
         sampling_topp: ``translate_sampled``'s nucleus: the smallest set of most
@@ -225,8 +238,9 @@ class Translator(tf.Module):
         jit_compile: bool = False,
         source_bucket_width: int = 16,
         early_stopping: bool = True,
-        xla_max_rows: int | None = 1,
+        xla_max_rows: int | None = 4,
         compute_dtype: str | None = "float32",
+        cache_output_matrix: bool = False,
         sampling_topk: int = 0,
         sampling_topp: float = 1.0,
         sampling_temperature: float = 1.0,
@@ -263,6 +277,13 @@ class Translator(tf.Module):
             )
         if compute_dtype is not None and getattr(model, "compute_dtype", compute_dtype) != compute_dtype:
             model = model.with_dtype_policy(compute_dtype)
+        self._settings = {
+            "max_length": max_length, "extra_decode_length": extra_decode_length, "beam_size": beam_size,
+            "length_penalty": length_penalty, "jit_compile": jit_compile, "source_bucket_width": source_bucket_width,
+            "early_stopping": early_stopping, "xla_max_rows": xla_max_rows, "compute_dtype": compute_dtype,
+            "cache_output_matrix": cache_output_matrix, "sampling_topk": sampling_topk,
+            "sampling_topp": sampling_topp, "sampling_temperature": sampling_temperature,
+        }
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -274,6 +295,11 @@ class Translator(tf.Module):
         self.early_stopping = bool(early_stopping)
         self.xla_max_rows = xla_max_rows
         self.sampling_topk, self.sampling_topp, self.sampling_temperature = sampling
+        # The [d_model, vocab] projection, copied once (tied embeddings only; see the docstring).
+        self.output_matrix = None
+        if cache_output_matrix and getattr(model, "tie_embeddings", False) and callable(
+                getattr(model, "output_matrix", None)):
+            self.output_matrix = tf.Variable(model.output_matrix(), trainable=False, name="output_matrix")
         self.bos_id = int(tokenizer.bos_id)
         self.pad_id = int(tokenizer.pad_id)
         self.eos_id = int(tokenizer.eos_id)
@@ -310,6 +336,7 @@ class Translator(tf.Module):
             "source_bucket_width": self.source_bucket_width,
             "early_stopping": self.early_stopping,
             "xla_max_rows": self.xla_max_rows,
+            "cache_output_matrix": self.output_matrix is not None,
             "sampling_topk": self.sampling_topk,
             "sampling_topp": self.sampling_topp,
             "sampling_temperature": self.sampling_temperature,
@@ -318,6 +345,22 @@ class Translator(tf.Module):
             # Recorded so an export tells whether it has the rule (exports made before it lack the key).
             "unknown_input": "copied when no known word; the output limit counts known pieces",
         }
+
+    def with_settings(self, **changes: Any) -> "Translator":
+        """A new Translator on the same model and tokenizer with some constructor arguments changed.
+
+        Example: ``translator.with_settings(cache_output_matrix=True)``, which
+        :func:`keras_transformer.export.export_saved_model` uses. (A
+        ``tf.function`` keeps what it traced, so a setting is changed by a
+        new Translator, not on this one.)
+
+        Raises:
+            ValueError: for an unknown argument name, or as the constructor does.
+        """
+        unknown = sorted(set(changes) - set(self._settings))
+        if unknown:
+            raise ValueError(f"Translator.with_settings: unknown argument(s) {unknown}; known: {sorted(self._settings)}")
+        return Translator(self.model, self.tokenizer, **dict(self._settings, **changes))
 
     # -- numeric core (inside XLA when jit_compile) ------------------------------------
     def _symbols_to_logits_fn(self, output_matrix):
@@ -332,7 +375,9 @@ class Translator(tf.Module):
         return symbols_to_logits
 
     def _output_matrix(self):
-        """``model.output_matrix()`` when the model has one (a ``Transformer``), else None."""
+        """The cached ``[d_model, vocab]`` copy, else ``model.output_matrix()`` (a ``Transformer``), else None."""
+        if self.output_matrix is not None:
+            return tf.convert_to_tensor(self.output_matrix)
         output_matrix = getattr(self.model, "output_matrix", None)
         return output_matrix() if callable(output_matrix) else None
 
@@ -402,7 +447,8 @@ class Translator(tf.Module):
     def _sample_search_ids(self, source_ids, max_decode_lengths, seed, xla=False):
         with self._weights_read_once():
             initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
-            model_logits = self._symbols_to_logits_fn(None)
+            cached = None if self.output_matrix is None else tf.convert_to_tensor(self.output_matrix)
+            model_logits = self._symbols_to_logits_fn(cached)
 
             def symbols_to_logits(step_ids, step, cache):
                 logits, cache = model_logits(step_ids, step, cache)
@@ -442,9 +488,11 @@ class Translator(tf.Module):
 
     def _greedy_search_loop(self, source_ids, max_decode_lengths, xla, output_matrix):
         initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
-        # Greedy search keeps the model's transpose_b logits product: its
-        # single rows gain nothing from the transposed output matrix, whose
-        # copy (8 MB for the small preset) would cost 5-9% of a sentence.
+        # Without a cached [d_model, vocab] copy, greedy search keeps the
+        # model's transpose_b logits product: a copy made at every call
+        # (8 MB for the small preset) costs more than single rows gain.
+        if output_matrix is None and self.output_matrix is not None:
+            output_matrix = tf.convert_to_tensor(self.output_matrix)
         return greedy_search(
             self._symbols_to_logits_fn(output_matrix),
             initial_ids,

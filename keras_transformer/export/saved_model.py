@@ -120,6 +120,8 @@ class _ExportModule(tf.Module):
         super().__init__(name="keras_transformer_translator")
         self.tokenizer = translator.tokenizer
         self.model_variables = [v.value if isinstance(v, keras.Variable) else v for v in translator.model.variables]
+        # The translator's own [d_model, vocab] copy of the output projection (Translator(cache_output_matrix)).
+        self.output_matrix = translator.output_matrix
         self.translate = translator.translate
         self.translate_greedy = translator.translate_greedy
         self.translate_ids = translator.translate_ids
@@ -274,6 +276,14 @@ def export_saved_model(
     (``Translator(jit_compile=...)``); it is recorded as ``xla_compiled`` and
     ``serving_flags`` in ``export_config.json``.
 
+    Output matrix: a model with tied embeddings is exported with the
+    translator's ``[d_model, vocab]`` copy of its pre-softmax projection
+    (``Translator(cache_output_matrix=True)``; a translator without one is
+    rebuilt with :meth:`~keras_transformer.decoding.Translator.with_settings`):
+    the exported weights never change, and a single sentence decodes about
+    1.2x faster. The SavedModel grows by ``4 * d_model * vocab_size`` bytes
+    (8 MB for the ``small`` preset, 76 MB for ``base`` with 37,000 pieces).
+
     Returns:
         The path of the version folder (``str``).
 
@@ -289,6 +299,8 @@ def export_saved_model(
     final_path = os.path.join(export_dir, str(version))
     if os.path.exists(final_path) and not overwrite:
         raise ValueError(f"export version folder already exists: {final_path} (pass overwrite=True to replace it)")
+    if translator.output_matrix is None and getattr(translator.model, "tie_embeddings", False):
+        translator = translator.with_settings(cache_output_matrix=True)
     if sampling is None:
         sampling = (translator.sampling_topk, translator.sampling_topp, translator.sampling_temperature) != (0, 1.0, 1.0)
     sampling = bool(sampling)
