@@ -10,6 +10,7 @@ step attends with plain batched matrix products::
 
     {
         "source_mask": bool [B, S],                            # source ids != 0
+        "source_bias": float32 [B, 1, 1, S],                   # 0 or -1e9: the mask as a score bias
         "layer_0": {
             # a growing cache (init_cache without max_length; graph mode):
             "prefix_key":   [B, num_heads, t, depth],          # the t positions decoded so far
@@ -38,7 +39,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.attention import mask_to_bias
+from keras_transformer.layers.decoder_layer import DecoderLayer, layer_norm_rows
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.positional_embedding import PositionalEmbedding
 
@@ -325,6 +327,7 @@ class Decoder(keras.layers.Layer):
         cache=None,
         cache_index=None,
         training=None,
+        encoder_attention_bias=None,
     ):
         x = inputs
         new_cache = {} if cache is not None else None
@@ -346,6 +349,7 @@ class Decoder(keras.layers.Layer):
             x, self_cache = layer(
                 x,
                 encoder_padding_mask=encoder_padding_mask,
+                encoder_attention_bias=encoder_attention_bias,
                 self_attention_cache={"key": layer_cache[names[0]], "value": layer_cache[names[1]]},
                 cache_index=None if growing else cache_index,
                 cross_attention_cache={"key": layer_cache["cross_key"], "value": layer_cache["cross_value"]},
@@ -358,7 +362,7 @@ class Decoder(keras.layers.Layer):
                 "cross_value": layer_cache["cross_value"],
             }
         if self.final_norm is not None:
-            x = self.final_norm(x)
+            x = layer_norm_rows(self.final_norm, x) if len(x.shape) == 2 else self.final_norm(x)
         return x if cache is None else (x, new_cache)
 
     def compute_output_shape(self, input_shape):
@@ -644,7 +648,9 @@ class Transformer(keras.Model):
 
         Returns:
             nested dict of tensors, every leaf with leading dim ``batch``:
-            ``source_mask`` bool ``[batch, S]`` and per layer
+            ``source_mask`` bool ``[batch, S]``, ``source_bias`` float32
+            ``[batch, 1, 1, S]`` (the same mask as an additive score bias,
+            which each step's cross-attention uses) and per layer
             ``prefix_key``/``prefix_value`` ``[batch, num_heads, 0, depth]``
             (growing) or ``self_key``/``self_value`` zeros ``[batch,
             num_heads, max_length, depth]`` (fixed), and
@@ -666,6 +672,8 @@ class Transformer(keras.Model):
             )
         cache = self.decoder.init_cache(encoder_outputs, max_length)
         cache["source_mask"] = ops.not_equal(ops.cast(source_ids, "int32"), 0)
+        # The same mask in the additive form each step's cross-attention uses (computed once).
+        cache["source_bias"] = mask_to_bias(cache["source_mask"][:, None, None, :])
         return cache
 
     def output_matrix(self):
@@ -723,14 +731,17 @@ class Transformer(keras.Model):
         # projection is a plain 2-D MatMul (a [batch, 1, d_model] input costs
         # a tensordot's reshapes and shape arithmetic per projection).
         y = self._target_embedding()(ops.expand_dims(step_ids, 1), start_index=step)[:, 0, :]
-        layer_cache = {k: v for k, v in cache.items() if k != "source_mask"}
+        masks = ("source_mask", "source_bias")
+        layer_cache = {k: v for k, v in cache.items() if k not in masks}
+        bias = cache.get("source_bias")
         y, new_cache = self.decoder(
             y,
-            encoder_padding_mask=cache["source_mask"],
+            encoder_padding_mask=cache["source_mask"] if bias is None else None,
+            encoder_attention_bias=bias,
             cache=layer_cache,
             cache_index=step,
         )
-        new_cache["source_mask"] = cache["source_mask"]
+        new_cache.update({k: cache[k] for k in masks if k in cache})
         if output_matrix is None:
             return self._logits(y), new_cache
         logits = tf.matmul(y, ops.cast(output_matrix, y.dtype))

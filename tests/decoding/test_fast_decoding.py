@@ -128,7 +128,7 @@ def test_beam_tiles_real_cache_batch_2_beam_3(model, inputs):
     repeated = model.init_cache(tf.constant(np.repeat(encoder_outputs.numpy(), 3, axis=0)),
                                 tf.constant(np.repeat(source_ids.numpy(), 3, axis=0)), MAX_LENGTH)
     flat_seen, flat_ref = tf.nest.flatten(tiled), tf.nest.flatten(repeated)
-    assert len(flat_seen) == len(flat_ref) == 1 + 4 * model.num_layers
+    assert len(flat_seen) == len(flat_ref) == 2 + 4 * model.num_layers  # source mask and bias, 4 per layer
     for got, ref in zip(flat_seen, flat_ref):
         assert got.shape[0] == 6 and got.shape == ref.shape
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
