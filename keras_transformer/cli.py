@@ -376,7 +376,8 @@ def _train(args: argparse.Namespace):
         f"training preset {args.preset!r} (N={config.num_layers}, d_model={config.d_model}, h={config.num_heads}, "
         f"dff={config.dff}, P_drop={config.dropout_rate}, {config.batch_tokens} tokens/batch) for {args.epochs} "
         f"epochs" + (f", at most {args.max_train_minutes:g} min" if args.max_train_minutes else "")
-        + f"; XLA {'on' if jit_compile else 'off'}, precision {precision} ({why})",
+        + f"; XLA {'on' if jit_compile else 'off'}, precision {precision} ({why}); "
+        + getattr(args, "onednn", "oneDNN as TensorFlow decides"),
         flush=True,
     )
     with strategy.scope():
@@ -423,7 +424,7 @@ def _train(args: argparse.Namespace):
     state = checkpoints.read_state(out / "checkpoints")
     sources = [out / "checkpoints" / state.latest] if state else []
     if args.average_last and args.average_last > 1:
-        sources = _average_into(model, out, args.average_last) or sources
+        sources = _average_into(model, out, args.average_last, args.average_span) or sources
     _save_model_atomically(model, out / "model.keras")
     if sources:
         checkpoints.write_model_record(out / "model.keras", sources, args.command, state=state, epochs=args.epochs)
@@ -490,22 +491,36 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _average_into(model, model_dir: pathlib.Path, last: int) -> list[str] | None:
+def _average_into(model, model_dir: pathlib.Path, last: int, span: float = 1.0) -> list[str] | None:
     """Loads into ``model`` the average of the last ``last`` checkpoints (Section 6.1); returns their paths.
 
-    Returns None (and leaves ``model`` as it is) when fewer than 2 exist.
+    Only checkpoints of the last ``span`` of the training steps count
+    (:func:`~keras_transformer.training.checkpoints.checkpoints_to_average`).
+    Returns None (and leaves ``model`` as it is) when fewer than 2 qualify.
     """
     from keras_transformer.training import checkpoints
 
-    paths = checkpoints.list_checkpoints(model_dir / "checkpoints")[-last:]
+    paths = checkpoints.checkpoints_to_average(checkpoints.list_checkpoints(model_dir / "checkpoints"), last, span)
     if len(paths) < 2:
-        print(f"      {len(paths)} checkpoint(s) in {model_dir / 'checkpoints'}: nothing to average", flush=True)
+        within = f" in the last {span:.0%} of the steps" if span < 1 else ""
+        print(f"      {len(paths)} checkpoint(s){within} in {model_dir / 'checkpoints'}: nothing to average", flush=True)
         return None
     averaged = checkpoints.average_checkpoints(paths, model_dir / "averaged.weights.h5")
     model.load_weights(averaged)
     names = ", ".join(pathlib.Path(p).name for p in paths)
     print(f"      averaged the last {len(paths)} checkpoints ({names}) into {averaged}", flush=True)
     return paths
+
+
+def _span(text: str) -> float:
+    """argparse type of ``--average-span``: a float in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text!r}")
+    return value
 
 
 def _make_translator(
@@ -1068,6 +1083,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--average-last", type=int, default=average_last,
             help=f"average the last N checkpoints at the end (Section 6.1; 0 or 1: no; default {average_last})",
         )
+        p.add_argument(
+            "--average-span", type=_span, default=1.0,
+            help="with --average-last: only checkpoints from the last fraction of the training steps, e.g. 0.25 "
+            "(a time budget fits fewer epochs on a slower machine; default 1: no bound)",
+        )
         xla = p.add_mutually_exclusive_group()
         xla.add_argument("--jit-compile", dest="jit_compile", action="store_true", default=None, help="XLA on (default: on with a GPU or TPU, off on a CPU)")
         xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", help="XLA off (default: see --jit-compile)")
@@ -1337,11 +1357,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_transformer.runtime import default_onednn
+
+    onednn = default_onednn()  # before TensorFlow loads: it reads the switch once
     # Keras warns that fit() ignores shuffle=True for a tf.data input; ours shuffles itself.
     warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
     from keras_transformer.evaluation import MissingTokenizerPackages
 
     args = build_parser().parse_args(argv)
+    args.onednn = onednn
     try:
         return args.func(args)
     except (CliError, FileNotFoundError, ValueError, MissingTokenizerPackages) as error:

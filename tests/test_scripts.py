@@ -21,7 +21,8 @@ def _recipe_arguments():
 def test_cpu_recipe_command_parses_to_the_documented_settings():
     args = build_parser().parse_args(_recipe_arguments())
     assert args.command == "run"
-    assert (args.preset, args.dropout_rate, args.precision) == ("small", 0.3, "mixed_bfloat16")
+    assert (args.preset, args.dropout_rate, args.precision) == ("small", 0.3, "auto")
+    assert args.average_span == 0.3
     assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
     assert (args.data_dir, args.output_dir) == ("data", "out")
 

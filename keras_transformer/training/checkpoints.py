@@ -51,6 +51,7 @@ __all__ = [
     "read_model_record",
     "write_model_record",
     "list_checkpoints",
+    "checkpoints_to_average",
     "read_state",
     "remove_partial_files",
     "restore",
@@ -150,6 +151,49 @@ def list_checkpoints(directory: str | os.PathLike) -> list[str]:
         if match:
             found.append((int(match.group(1)), os.path.join(directory, name)))
     return [path for _, path in sorted(found)]
+
+
+def checkpoints_to_average(paths: list[str], last: int, span: float = 1.0) -> list[str]:
+    """The checkpoints to average (Section 6.1): the last ``last`` of those in the last ``span`` of training.
+
+    The paper averages the last 5 (base) or 20 (big) checkpoints of a fixed
+    number of steps. Under a time budget the number of steps depends on the
+    machine: on a CPU that fits 13 epochs in an hour, the last 10 epoch
+    checkpoints reach back to epoch 4 and their average scored 2 BLEU below
+    that of the last 5 (Multi30k validation; 46 epochs on a faster CPU
+    preferred 10). ``span`` bounds how far back the average reaches: only
+    checkpoints whose step is at least ``(1 - span)`` times the last one's
+    count.
+
+    Args:
+        paths: ``ckpt-<step>.weights.h5`` paths, oldest first
+            (:func:`list_checkpoints`).
+        last: the most checkpoints to average, int >= 1.
+        span: fraction of the training steps, in ``(0, 1]`` (1: no bound).
+
+    Returns:
+        the chosen paths, oldest first (possibly fewer than ``last``; always
+        the newest one when ``paths`` is not empty).
+
+    Raises:
+        ValueError: for ``last < 1``, ``span`` outside ``(0, 1]`` or a path
+            not named ``ckpt-<step>.weights.h5``.
+    """
+    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+        raise ValueError(f"last must be an int >= 1, got {last!r}")
+    if not 0.0 < float(span) <= 1.0:
+        raise ValueError(f"the averaging span must be in (0, 1], got {span!r}")
+    steps = []
+    for path in paths:
+        match = _CKPT_RE.match(os.path.basename(os.fspath(path)))
+        if not match:
+            raise ValueError(f"not a checkpoint name (ckpt-<step>.weights.h5): {path}")
+        steps.append(int(match.group(1)))
+    if not paths:
+        return []
+    first_step = (1.0 - float(span)) * steps[-1]
+    kept = [path for path, step in zip(paths, steps) if step >= first_step]
+    return kept[-last:]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,11 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+from keras_transformer.runtime import default_onednn  # noqa: E402
+
+# Training benchmarks run TensorFlow as the command line's training does (before TensorFlow loads).
+ONEDNN = default_onednn()
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     prepared, tokenizer = _common.load_prepared(args.data_dir, 8000, 128)
-    print(f"{os.cpu_count()} CPUs; tensorflow {tf.__version__}, keras {keras.__version__}", flush=True)
+    print(f"{os.cpu_count()} CPUs; tensorflow {tf.__version__}, keras {keras.__version__}; {_common.ONEDNN}", flush=True)
     rows = []
     for preset in args.presets.split(","):
         config = get_preset(preset, vocab_size=tokenizer.vocab_size)

@@ -172,3 +172,22 @@ def test_a_model_saved_without_a_record_says_so(tmp_path):
     assert ckpt.read_model_record(tmp_path / "model.keras") is None
     text = ckpt.describe_model_weights(tmp_path / "model.keras")
     assert text.startswith(f"{tmp_path / 'model.keras'} (no model.keras.json: saved before")
+
+
+def test_checkpoints_to_average_bounds_the_span():
+    def paths(*steps):
+        return [f"/run/checkpoints/ckpt-{s:08d}.weights.h5" for s in steps]
+
+    thirteen_epochs = paths(*range(260, 3121, 260), 3326)[-10:]  # a 13-epoch run keeps its last 10
+    chosen = ckpt.checkpoints_to_average(thirteen_epochs, 10, 0.3)  # steps >= 0.7 * 3326 = 2328.2
+    assert chosen == paths(2340, 2600, 2860, 3120, 3326)
+    assert ckpt.checkpoints_to_average(thirteen_epochs, 10) == thirteen_epochs  # no bound: all 10
+    forty_six = paths(*range(258, 258 * 47, 258))
+    assert ckpt.checkpoints_to_average(forty_six, 10, 0.3) == forty_six[-10:]  # the bound does not bite
+    assert ckpt.checkpoints_to_average(paths(100), 5, 0.01) == paths(100)  # the newest always counts
+    assert ckpt.checkpoints_to_average([], 5, 0.5) == []
+    for last, span in ((0, 1.0), (3, 0.0), (3, 1.5), (3, float("nan"))):
+        with pytest.raises(ValueError):
+            ckpt.checkpoints_to_average(forty_six, last, span)
+    with pytest.raises(ValueError, match="not a checkpoint name"):
+        ckpt.checkpoints_to_average(["/run/best.weights.h5"], 2)
