@@ -49,6 +49,7 @@ import tensorflow as tf  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data import make_dataset  # noqa: E402
 from keras_transformer.training import trainer  # noqa: E402
+from keras_transformer.training.precision import cpu_bfloat16_flags  # noqa: E402
 
 
 def weight_shapes(config):
@@ -193,6 +194,9 @@ def main(argv=None) -> int:
     for preset, precision, step, achieved, peak, attention in rows:
         print(f"{preset:8s} {precision:16s} {step * 1000:8.0f} {achieved / 1e9:10.1f} {peak / 1e9:10.1f} "
               f"{achieved / peak:6.2f}  +{attention / 1e9:.1f}")
+    if any("bfloat16" in precision for _, precision, *_ in rows) and not cpu_bfloat16_flags():
+        print("\nThis CPU has no native bfloat16 instructions (AVX512_BF16, AMX): its bfloat16 products are "
+              "emulated, and --precision auto trains in float32 here; the bfloat16 row measures the emulation.")
     return 0
 
 
