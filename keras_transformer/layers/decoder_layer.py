@@ -168,7 +168,7 @@ class DecoderLayer(keras.layers.Layer):
         A decoding step's ``[batch, d_model]`` rows are normalized with
         :func:`layer_norm_rows` (the same values in fewer ops).
         """
-        normalize = (lambda t: layer_norm_rows(norm, t)) if len(x.shape) == 2 else norm
+        normalize = lambda t: layer_norm_rows(norm, t)  # noqa: E731  (other ranks go through norm itself)
         y, extras = fn(normalize(x) if self.norm_first else x)
         x = x + dropout(y, training=training)
         if not self.norm_first:
