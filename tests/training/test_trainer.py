@@ -96,6 +96,23 @@ def test_fit_reports_global_token_loss_and_evaluate_matches():
     assert int(model.optimizer.iterations) == 1
 
 
+def test_optimizer_and_metrics_are_built_before_fit_so_the_step_is_traced_once():
+    """Variables made inside a trace make tf.function trace again: compile_model makes them first."""
+    model = _model()
+    assert model.optimizer.built and len(model.optimizer.variables) > 2 * len(model.trainable_variables)
+    rng = np.random.default_rng(5)
+    batches = [_batch(rng, batch=b, src_len=s, tgt_len=t) for b, s, t in [(4, 6, 7), (2, 9, 5), (3, 4, 8)]]
+    data = tf.data.Dataset.from_tensors(batches[0])
+    for batch in batches[1:]:
+        data = data.concatenate(tf.data.Dataset.from_tensors(batch))  # element shapes [None, None]
+    traces, train_step = [], model.train_step
+    model.train_step = lambda batch: (traces.append(1), train_step(batch))[1]  # Python runs once per trace
+    model.make_train_function(force=True)
+    model.fit(data, epochs=2, verbose=0)
+    assert int(model.optimizer.iterations) == 6
+    assert len(traces) == 1 and model.replica_gradients.experimental_get_tracing_count() == 1
+
+
 def test_gradient_accumulation_equals_one_big_batch():
     rng = np.random.default_rng(5)
     a = _batch(rng, real=[3, 5, 7, 7])
