@@ -13,6 +13,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -20,11 +21,33 @@ import pytest
 WORKER = pathlib.Path(__file__).with_name("_workers.py")
 
 
-def _run(mode, out, *args, env=None, timeout=600):
+def _start(mode, out, *args, env=None):
     full_env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    proc = subprocess.run([sys.executable, str(WORKER), mode, str(out), *map(str, args)], env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # stderr to a file, not a pipe: processes waited for one after the other cannot block on a full pipe.
+    err = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, str(WORKER), mode, str(out), *map(str, args)], env=full_env,
+                            stdout=subprocess.DEVNULL, stderr=err, text=True)
+    proc.err_file = err
+    return proc
+
+
+def _wait(procs, timeout=600):
+    """Waits for every process; kills them all if one times out; each must exit 0."""
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        proc.err_file.seek(0)
+        err = proc.err_file.read()
+        proc.err_file.close()
+        assert proc.returncode == 0, err[-4000:]
+
+
+def _run(mode, out, *args, env=None, timeout=600):
+    _wait([_start(mode, out, *args, env=env)], timeout)
     return json.loads(pathlib.Path(out).read_text())
 
 
@@ -57,26 +80,19 @@ def _free_ports(n):
 
 
 def test_multi_worker_two_processes_match_single_process(tmp_path):
-    single = _run("worker", tmp_path / "single.json")
-    assert single["replicas"] == 1
+    # The one-process reference runs alongside the two workers (their start-up is mostly single-threaded).
+    procs = [_start("worker", tmp_path / "single.json")]
     ports = _free_ports(2)
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
-    procs, outs = [], []
+    outs = []
     for index in range(2):
         out = tmp_path / f"worker{index}.json"
-        env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), "worker", str(out)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(_start("worker", out, env={
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}))
         outs.append(out)
-    for proc in procs:
-        try:
-            _, err = proc.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise
-        assert proc.returncode == 0, err[-4000:]
+    _wait(procs)
+    single = json.loads((tmp_path / "single.json").read_text())
+    assert single["replicas"] == 1
     for out in outs:
         result = json.loads(out.read_text())
         assert result["replicas"] == 2
