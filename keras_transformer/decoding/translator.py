@@ -312,29 +312,15 @@ class Translator(tf.Module):
         # Inner numeric functions: ids in, ids out; graph mode, and XLA when asked. No autograph
         # anywhere here: the searches are written with tf.while_loop/tf.cond, and converting the
         # Keras layers' Python took 40% of an export's time (tiny model: 28 s -> 17 s without).
-        self._beam_core = tf.function(
-            functools.partial(self._beam_search_ids, xla=False), reduce_retracing=True, autograph=False
-        )
-        self._greedy_core = tf.function(
-            functools.partial(self._greedy_search_ids, xla=False), reduce_retracing=True, autograph=False
-        )
-        self._sample_core = tf.function(
-            functools.partial(self._sample_search_ids, xla=False), reduce_retracing=True, autograph=False
-        )
+        core = functools.partial(tf.function, reduce_retracing=True, autograph=False)
+        self._beam_core = core(functools.partial(self._beam_search_ids, xla=False))
+        self._greedy_core = core(functools.partial(self._greedy_search_ids, xla=False))
+        self._sample_core = core(functools.partial(self._sample_search_ids, xla=False))
         self._beam_core_xla = self._greedy_core_xla = self._sample_core_xla = None
         if self.jit_compile:
-            self._sample_core_xla = tf.function(
-                functools.partial(self._sample_search_ids, xla=True), jit_compile=True, reduce_retracing=True,
-                autograph=False,
-            )
-            self._beam_core_xla = tf.function(
-                functools.partial(self._beam_search_ids, xla=True), jit_compile=True, reduce_retracing=True,
-                autograph=False,
-            )
-            self._greedy_core_xla = tf.function(
-                functools.partial(self._greedy_search_ids, xla=True), jit_compile=True, reduce_retracing=True,
-                autograph=False,
-            )
+            self._sample_core_xla = core(functools.partial(self._sample_search_ids, xla=True), jit_compile=True)
+            self._beam_core_xla = core(functools.partial(self._beam_search_ids, xla=True), jit_compile=True)
+            self._greedy_core_xla = core(functools.partial(self._greedy_search_ids, xla=True), jit_compile=True)
 
     def get_config(self) -> dict[str, Any]:
         """The decoding settings (JSON-serializable), recorded by the export."""

@@ -252,6 +252,9 @@ def install_train_step(model: keras.Model, jit_compile: bool = True) -> keras.Mo
     The reported ``loss`` is the running mean over the epoch's steps of that
     global-batch loss (nats per real target token).
 
+    A built ``model`` gets its optimizer slots and compiled metrics here,
+    eagerly, so ``fit`` traces the step once.
+
     Args:
         model: a model compiled by :func:`compile_model` (or with
             :class:`MaskedLabelSmoothedCrossEntropy`).
