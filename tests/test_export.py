@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.decoding import Translator
-from keras_transformer.export import export_saved_model, find_python_ops, saved_model_op_names
+from keras_transformer.export import SIGNATURES, export_saved_model, find_python_ops, saved_model_op_names
 
 SENTENCES = ["A dog runs in the park.", "", "Zwei Männer spielen Fußball."]
 
@@ -122,13 +122,20 @@ def test_existing_version_is_not_overwritten(exported):
     assert not os.path.exists(os.path.join(base, "7"))
 
 
-def test_overwrite_replaces_the_version_and_leaves_nothing_else(exported, tmp_path):
-    _, _, plain = exported
+def test_overwrite_replaces_the_version_and_leaves_nothing_else(model_and_tokenizer, tmp_path):
+    model, tokenizer = model_and_tokenizer
+    # The export's own settings (a cached output matrix), so that export_saved_model uses this very object.
+    translator = Translator(model, tokenizer, cache_output_matrix=True, **shared.EXPORT_KWARGS)
     base = tmp_path / "serving"
-    first = export_saved_model(plain, base, version=4)
+    first = export_saved_model(translator, base, version=4)
+    # Each signature's function was traced once: tf.saved_model.save's own trace, not a second one.
+    methods = sorted(set(SIGNATURES.values()))
+    assert {m: getattr(translator, m).experimental_get_tracing_count() for m in methods} == dict.fromkeys(methods, 1)
     marker = os.path.join(first, "assets.extra", "marker")
     open(marker, "w").close()
-    again = export_saved_model(plain, base, version=4, overwrite=True)
+    again = export_saved_model(translator, base, version=4, overwrite=True)
+    # The second export reuses those traces.
+    assert {m: getattr(translator, m).experimental_get_tracing_count() for m in methods} == dict.fromkeys(methods, 1)
     assert again == first and os.path.isfile(os.path.join(again, "saved_model.pb"))
     assert not os.path.exists(marker)  # a new export, not the old folder
     assert sorted(os.listdir(base)) == ["4"]  # no temporary or moved-aside folder left

@@ -212,24 +212,26 @@ def find_python_ops(saved_model_dir: str | os.PathLike) -> list[str]:
     return found
 
 
-def _input_specs(concrete_function: Any) -> list[Any]:
-    """The ``tf.TensorSpec`` inputs of a signature's concrete function, in order."""
-    args, kwargs = concrete_function.structured_input_signature
-    return list(args) + [kwargs[key] for key in sorted(kwargs)]
+def _signature_summary(proto: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every signature's inputs and outputs as the SavedModel holds them (its ``signature_def``).
 
+    Returns:
+        ``{signature: {"inputs": {name: {"dtype": str, "shape": list or None}}, "outputs": {...}}}``;
+        an unknown dimension is ``None``, an unknown rank a ``None`` shape.
+    """
 
-def _signature_summary(concrete_functions: dict[str, Any]) -> dict[str, Any]:
+    def spec(info):
+        shape = info.tensor_shape
+        dims = None if shape.unknown_rank else [d.size if d.size >= 0 else None for d in shape.dim]
+        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": dims}
+
     summary = {}
-    for name, fn in concrete_functions.items():
-        outputs = fn.structured_outputs
+    for name, signature in proto.meta_graphs[0].signature_def.items():
+        if name.startswith("__"):  # the SavedModel's own initializer, not a signature
+            continue
         summary[name] = {
-            "inputs": {
-                spec.name: {"dtype": spec.dtype.name, "shape": spec.shape.as_list()} for spec in _input_specs(fn)
-            },
-            "outputs": {
-                key: {"dtype": t.dtype.name, "shape": t.shape.as_list() if t.shape.rank is not None else None}
-                for key, t in sorted(outputs.items())
-            },
+            "inputs": {key: spec(info) for key, info in sorted(signature.inputs.items())},
+            "outputs": {key: spec(info) for key, info in sorted(signature.outputs.items())},
         }
     return summary
 
@@ -322,9 +324,12 @@ def export_saved_model(
             f.write(translator.tokenizer.model_bytes)
         root = _ExportModule(translator, vocab_path, sampling)
         methods = dict(SIGNATURES, **dict([SAMPLE_SIGNATURE])) if sampling else SIGNATURES
-        concrete = {name: getattr(translator, method).get_concrete_function() for name, method in methods.items()}
+        # The tf.functions themselves, not concrete functions traced here: tf.saved_model.save traces
+        # them inside its save context, and a trace from outside it would not be reused (tf.function's
+        # cache key holds the save context), so every signature would be traced twice.
+        functions = {name: getattr(translator, method) for name, method in methods.items()}
         try:
-            tf.saved_model.save(root, tmp_path, signatures=concrete)
+            tf.saved_model.save(root, tmp_path, signatures=functions)
             python_ops = find_python_ops(tmp_path)
             if python_ops:
                 raise ValueError(
@@ -335,9 +340,10 @@ def export_saved_model(
             if warmup_sentences is not None:
                 warmup = {"file": f"assets.extra/{WARMUP_FILENAME}", "signatures": list(warmup_signatures),
                           "batch_size": len(warmup_sentences)}
-            _write_config(tmp_path, translator, version, concrete, warmup, sampling)
+            signatures = _signature_summary(_read_saved_model_proto(tmp_path))
+            _write_config(tmp_path, translator, version, signatures, warmup, sampling)
             if warmup_sentences is not None:
-                inputs = {name: [spec.name for spec in _input_specs(concrete[name])] for name in warmup_signatures}
+                inputs = {name: list(signatures[name]["inputs"]) for name in warmup_signatures}
                 _write_warmup(tmp_path, list(warmup_sentences), inputs, model_name)
         except BaseException:
             shutil.rmtree(tmp_path, ignore_errors=True)
@@ -355,7 +361,7 @@ def export_saved_model(
     return final_path
 
 
-def _write_config(path: str, translator: Any, version: int, concrete: dict[str, Any],
+def _write_config(path: str, translator: Any, version: int, signatures: dict[str, Any],
                   warmup: dict[str, Any] | None = None, sampling: bool = False) -> None:
     import tensorflow_text
 
@@ -391,7 +397,7 @@ def _write_config(path: str, translator: Any, version: int, concrete: dict[str, 
             "bos_id": int(tokenizer.bos_id),
             "eos_id": int(tokenizer.eos_id),
         },
-        "signatures": _signature_summary(concrete),
+        "signatures": signatures,
         "tensorflow_version": tf.__version__,
         "tensorflow_text_version": getattr(tensorflow_text, "__version__", None),
     }
