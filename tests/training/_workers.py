@@ -7,8 +7,6 @@ Usage: ``python tests/training/_workers.py MODE OUT_JSON [options]``. Modes:
   on the same global batches; writes both loss lists and weight differences.
 * ``worker``: one task of a ``MultiWorkerMirroredStrategy`` cluster
   (``TF_CONFIG`` set by the caller), or a single process without it.
-* ``buckets``: one epoch of bucketed Multi30k-like lengths with XLA on one
-  device; the caller counts XLA compilations from ``--xla_dump_to``.
 * ``mirrored_bleu``: two logical CPU devices; ``trainer.fit`` of the tiny
   Transformer on real Multi30k pairs under ``MirroredStrategy`` with
   validation BLEU every 3 steps; then the same sentences translated by a
@@ -236,45 +234,6 @@ def main():
         # Loss of the final weights (the last update is not in the training losses).
         result["final_loss"] = float(model.evaluate(as_dataset(batches[:1]).with_options(options), verbose=0, return_dict=True)["loss"])
         np.savez(OUT + ".npz", *[w.numpy() for w in model.trainable_weights])
-    elif MODE == "buckets":
-        widths = [int(w) for w in sys.argv[3].split(",")]
-        batch_tokens = int(sys.argv[4])
-        rng = np.random.default_rng(1)
-        pairs = []
-        for _ in range(int(sys.argv[5])):
-            n = int(rng.integers(1, widths[-1]))
-            m = int(rng.integers(1, widths[-1]))
-            pairs.append((rng.integers(4, CONFIG.vocab_size, n), rng.integers(4, CONFIG.vocab_size, m)))
-        # Bucket like the pipeline: by max length, batch_tokens // width pairs, each side
-        # padded to the smallest width fitting its own batch, partial last batches.
-        buckets = {}
-        for s, t in pairs:
-            w = next(w for w in widths if w >= max(len(s), len(t) + 1))
-            buckets.setdefault(w, []).append((s, t))
-        raw = []
-        for w, items in sorted(buckets.items()):
-            size = batch_tokens // w
-            for i in range(0, len(items), size):
-                chunk = items[i : i + size]
-                sw = next(x for x in widths if x >= max(len(s) for s, _ in chunk))
-                tw = next(x for x in widths if x >= max(len(t) + 1 for _, t in chunk))
-                src = np.zeros((len(chunk), sw), "int32")
-                tin = np.zeros((len(chunk), tw), "int32")
-                tout = np.zeros((len(chunk), tw), "int32")
-                for j, (s, t) in enumerate(chunk):
-                    src[j, : len(s)] = s
-                    tin[j, : len(t) + 1] = np.concatenate([[2], t])
-                    tout[j, : len(t) + 1] = np.concatenate([t, [3]])
-                raw.append(((src, tin), tout))
-        rng.shuffle(raw)
-        result["raw_shapes"] = len({(a.shape, b.shape) for (a, b), _ in raw})
-        dataset = trainer.fixed_shape_batches(as_dataset(raw), batch_tokens, widths)
-        result["fixed_shapes"] = len({(tuple(x[0].shape), tuple(x[1].shape)) for x, _ in dataset})
-        result["batches"] = len(raw)
-        keras.utils.set_random_seed(7)
-        model = trainer.build_model(CONFIG)
-        trainer.compile_model(model, CONFIG, jit_compile=True)
-        model.fit(dataset, epochs=1, verbose=0)
     elif MODE == "mirrored_bleu":
         import itertools
         import pathlib

@@ -173,6 +173,51 @@ def test_fixed_shape_batches_pads_to_one_shape_per_width():
         trainer.fixed_shape_batches(data, 4, [4, 8])
 
 
+def test_fixed_shape_batches_gives_one_shape_per_width_over_bucketed_batches():
+    """Batches of a bucketing pipeline come in more shapes than buckets; fixed_shape_batches leaves one per width.
+
+    (That the per-replica XLA step then compiles once per shape is checked on a real epoch in test_shapes.py.)
+    """
+    widths, batch_tokens = [8, 10, 12, 15, 18, 22], 88
+    rng = np.random.default_rng(1)
+    pairs = [(rng.integers(4, CONFIG.vocab_size, int(rng.integers(1, widths[-1]))),
+              rng.integers(4, CONFIG.vocab_size, int(rng.integers(1, widths[-1])))) for _ in range(300)]
+    # Bucket like a pipeline: by the longer side, batch_tokens // width pairs, each side padded to the
+    # smallest width fitting its own batch, partial last batches.
+    buckets = {}
+    for s, t in pairs:
+        buckets.setdefault(next(w for w in widths if w >= max(len(s), len(t) + 1)), []).append((s, t))
+    raw = []
+    for w, items in sorted(buckets.items()):
+        for i in range(0, len(items), batch_tokens // w):
+            chunk = items[i : i + batch_tokens // w]
+            sw = next(x for x in widths if x >= max(len(s) for s, _ in chunk))
+            tw = next(x for x in widths if x >= max(len(t) + 1 for _, t in chunk))
+            src, tin, tout = np.zeros((len(chunk), sw), "int32"), np.zeros((len(chunk), tw), "int32"), \
+                np.zeros((len(chunk), tw), "int32")
+            for j, (s, t) in enumerate(chunk):
+                src[j, : len(s)] = s
+                tin[j, : len(t) + 1] = np.concatenate([[2], t])
+                tout[j, : len(t) + 1] = np.concatenate([t, [3]])
+            raw.append(((src, tin), tout))
+    assert len({(a.shape, b.shape) for (a, b), _ in raw}) > len(widths)
+
+    def gen():
+        yield from raw
+
+    spec = ((tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None, None], tf.int32))
+    fixed = list(trainer.fixed_shape_batches(tf.data.Dataset.from_generator(gen, output_signature=spec),
+                                             batch_tokens, widths))
+    shapes = {(tuple(s.shape), tuple(t.shape), tuple(y.shape)) for (s, t), y in fixed}
+    assert 1 < len(shapes) <= len(widths)
+    for s, t, y in shapes:  # [batch_tokens // w, w] on both sides
+        assert s == t == y and s[0] == batch_tokens // s[1] and s[1] in widths
+    # Nothing lost: every real token of every batch is still there.
+    assert len(fixed) == len(raw)
+    assert sum(int(np.count_nonzero(y)) for _, y in fixed) == sum(int(np.count_nonzero(y)) for _, y in raw)
+    assert sum(int(np.count_nonzero(s)) for (s, _), _ in fixed) == sum(int(np.count_nonzero(s)) for (s, _), _ in raw)
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="unknown strategy"):
         trainer.get_strategy("nope")
