@@ -70,12 +70,16 @@ def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0, 
             ``gradient_accumulation_steps``, ``clipnorm``).
 
     Returns:
-        A ``keras.optimizers.Adam``.
+        A :class:`~keras_transformer.training.optimizer.FusedAdam` (a
+        ``keras.optimizers.Adam`` whose update is one TensorFlow kernel per
+        variable; the same update, variables and config).
 
     Raises:
         ValueError: from :class:`WarmupSchedule` for non-positive arguments.
     """
-    return keras.optimizers.Adam(
+    from keras_transformer.training.optimizer import FusedAdam
+
+    return FusedAdam(
         learning_rate=WarmupSchedule(d_model, warmup_steps, scale),
         beta_1=0.9,
         beta_2=0.98,
