@@ -584,13 +584,6 @@ def test_sampling_from_an_export_without_the_sample_signature_fails_before_loadi
     assert f"the SavedModel {export} was exported without the `sample` signature (signatures: greedy, " in err
 
 
-def _cli(*args, env, timeout=600):
-    result = subprocess.run([sys.executable, "-m", "keras_transformer.cli", *map(str, args)], env=env,
-                            capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    return result.stdout
-
-
 def test_prepare_then_train_streams_and_prepares_again_when_the_source_changes(tmp_path, multi30k_dir, capsys):
     """`prepare` writes shards and a manifest; `train --prepared-dir` reuses them, and re-prepares after an edit."""
     import gzip
@@ -605,7 +598,6 @@ def test_prepare_then_train_streams_and_prepares_again_when_the_source_changes(t
     for lang in ("en", "de"):
         lines = (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:30]
         (data / f"val.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(multi30k_dir.parent))
     prepared, model_dir = tmp_path / "prepared", tmp_path / "model"
     data_flags = ["--train-source", data / "train.en", "--train-target", data / "train.de.gz",
                   "--valid-source", data / "val.en", "--valid-target", data / "val.de"]
@@ -627,8 +619,11 @@ def test_prepare_then_train_streams_and_prepares_again_when_the_source_changes(t
     assert [os.stat(prepared / s["file"]).st_mtime_ns for s in train["shards"]] == stamps
 
     # Without data flags, train checks the folder against the files it was prepared from and streams it.
-    out = _cli("train", "--prepared-dir", prepared, "--model-dir", model_dir, "--preset", "tiny", "--epochs", 1,
-               "--batch-tokens", 512, env=env)
+    # In this process (--precision float32: auto could leave a bfloat16 policy set for later tests).
+    train = ["train", "--prepared-dir", prepared, "--model-dir", model_dir, "--preset", "tiny", "--batch-tokens", 512,
+             "--precision", "float32"]
+    assert main(list(map(str, train + ["--epochs", 1]))) == 0
+    out = capsys.readouterr().out
     assert "reusing the prepared data" in out
     assert "worker 1 of 1 reads 2 of 2 shards (batches of <= 512 tokens per replica)" in out
     assert (model_dir / "spm.model").read_bytes() == (prepared / "spm.model").read_bytes()
@@ -639,8 +634,8 @@ def test_prepare_then_train_streams_and_prepares_again_when_the_source_changes(t
     # An edited source: prepared again (with the model's vocabulary), and training continues for epoch 2.
     en[0] = "A zebra is reading a newspaper."
     (data / "train.en").write_text("\n".join(en) + "\n", encoding="utf-8")
-    out = _cli("train", "--prepared-dir", prepared, "--model-dir", model_dir, *data_flags, "--preset", "tiny",
-               "--epochs", 2, "--batch-tokens", 512, env=env)
+    assert main(list(map(str, train + data_flags + ["--epochs", 2]))) == 0
+    out = capsys.readouterr().out
     assert f"preparing {prepared} again: the train source changed (size" in out and "using the given vocabulary" in out
     assert json.loads((prepared / "manifest.json").read_text())["vocabulary"]["sha256"] == manifest["vocabulary"][
         "sha256"]

@@ -70,8 +70,9 @@ def test_bad_inputs_one_output_each_no_crash(exported, loaded):
 def test_bad_inputs_xla_export(exported):
     """The --xla export runs single sentences in XLA and the batch of 7 in graph mode: same answers."""
     _, paths = exported
-    check_bad_inputs(exported, tf.saved_model.load(paths[2]))
-    assert serve(tf.saved_model.load(paths[2]), [])["translations"].shape == (0,)
+    xla = tf.saved_model.load(paths[2])
+    check_bad_inputs(exported, xla)
+    assert serve(xla, [])["translations"].shape == (0,)
 
 
 def check_bad_inputs(exported, loaded):

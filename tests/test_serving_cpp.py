@@ -21,6 +21,7 @@ restores, since the C++ loader (unlike ``tf.saved_model.load``) initializes vari
 only through that saver.
 """
 
+import functools
 import importlib.util
 import json
 import os
@@ -107,9 +108,16 @@ def batch(real_sentences):
     return sentences
 
 
+@functools.cache
+def _loaded(path):
+    """``tf.saved_model.load(path)``, once per export in this module (no test here seeds TensorFlow, which would
+    drop the SentencePiece resources of what was loaded before)."""
+    return tf.saved_model.load(path)
+
+
 def _python_translations(path, sentences, signature="serving_default"):
     """``translations`` of the signature in this (Python) process, as a list of bytes."""
-    loaded = tf.saved_model.load(path)
+    loaded = _loaded(path)
     outputs = loaded.signatures[signature](sentences=tf.constant(sentences, dtype=tf.string, shape=[len(sentences)]))
     return [bytes(t) for t in outputs["translations"].numpy()]
 

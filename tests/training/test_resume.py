@@ -26,7 +26,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes(tmp_path):
     log = tmp_path / "log.jsonl"
     model_dir = tmp_path / "run"
     cmd = [sys.executable, str(WORKER), "resume", str(log), str(model_dir), str(EPOCHS), str(STEPS)]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", WORKER_SLEEP="1.0")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", WORKER_SLEEP="0.3")
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     # Kill during epoch 1 (the second), after at least two of its batches.
@@ -35,7 +35,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes(tmp_path):
         if len([r for r in done if r["epoch"] == 1]) >= 2:
             break
         assert first.poll() is None, first.stderr.read().decode()[-3000:]
-        time.sleep(0.2)
+        time.sleep(0.1)
     first.send_signal(signal.SIGKILL)
     first.wait()
     killed = [r for r in _lines(log) if "epoch" in r]
