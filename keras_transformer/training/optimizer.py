@@ -4,12 +4,13 @@ Keras 3's ``keras.optimizers.Adam`` writes its update as about fifteen small
 backend ops per variable: in a TensorFlow graph that is some 1,300 kernels per
 step for the tiny preset's 85 variables, each moment read and written in
 several passes over memory, and about 40 ms of graph construction per
-variable when the train step is traced (3.5 s at every training start for the
+variable when the train step is traced (about 3 s at every training start for the
 tiny preset). :class:`FusedAdam` computes the same update (Kingma & Ba, 2015,
 Algorithm 1 with the "epsilon hat" form that Keras uses) with TensorFlow's
 ``ResourceApplyAdam`` kernel: one op per variable, one pass over the variable
-and its two moments. Its variables, their names and its config are Keras
-Adam's, so checkpoints move between the two.
+and its two moments. Its variables (a momentum and a velocity per weight, in
+the same order) and its config are Keras Adam's, so ``.weights.h5``
+checkpoints, which store them by position, move between the two.
 
 It falls back to Keras' own update where the kernel does not apply:
 ``amsgrad=True``, another Keras backend than TensorFlow, or a variable whose
