@@ -12,9 +12,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 #: The test files that take 10 s or more, longest first (one idle run of the README's command,
 #: pytest's --durations, summed per file: test_cli.py 360 s ... test_scoring.py 13 s). The command
-#: (`pytest -n 3 --dist loadfile --no-loadscope-reorder`) hands whole files to three workers in
+#: (`pytest -n 2 --dist loadfile --no-loadscope-reorder`) hands whole files to two workers in
 #: collection order, so with the longest first and the shortest last (longest-processing-time-first
-#: scheduling) the workers finish close together. Other files keep pytest's order, after these.
+#: scheduling) the two workers finish close together. Other files keep pytest's order, after these.
 SLOWEST_FIRST = (
     "tests/test_cli.py",
     "tests/training/test_distributed.py",
