@@ -200,7 +200,11 @@ def find_python_ops(saved_model_dir: str | os.PathLike) -> list[str]:
     Raises:
         ValueError: if there is no ``saved_model.pb`` in ``saved_model_dir``.
     """
-    proto = _read_saved_model_proto(saved_model_dir)
+    return _python_ops_in(_read_saved_model_proto(saved_model_dir))
+
+
+def _python_ops_in(proto: Any) -> list[str]:
+    """:func:`find_python_ops` of an already parsed ``SavedModel`` proto."""
     found = []
     for meta_graph in proto.meta_graphs:
         graph = meta_graph.graph_def
@@ -330,7 +334,8 @@ def export_saved_model(
         functions = {name: getattr(translator, method) for name, method in methods.items()}
         try:
             tf.saved_model.save(root, tmp_path, signatures=functions)
-            python_ops = find_python_ops(tmp_path)
+            proto = _read_saved_model_proto(tmp_path)
+            python_ops = _python_ops_in(proto)
             if python_ops:
                 raise ValueError(
                     "the exported graph calls back into Python, which TF Serving cannot run: "
@@ -340,7 +345,7 @@ def export_saved_model(
             if warmup_sentences is not None:
                 warmup = {"file": f"assets.extra/{WARMUP_FILENAME}", "signatures": list(warmup_signatures),
                           "batch_size": len(warmup_sentences)}
-            signatures = _signature_summary(_read_saved_model_proto(tmp_path))
+            signatures = _signature_summary(proto)
             _write_config(tmp_path, translator, version, signatures, warmup, sampling)
             if warmup_sentences is not None:
                 inputs = {name: list(signatures[name]["inputs"]) for name in warmup_signatures}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.training.optimizer import FusedAdam
+
 __all__ = ["WarmupSchedule", "paper_optimizer"]
 
 
@@ -77,8 +79,6 @@ def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0, 
     Raises:
         ValueError: from :class:`WarmupSchedule` for non-positive arguments.
     """
-    from keras_transformer.training.optimizer import FusedAdam
-
     return FusedAdam(
         learning_rate=WarmupSchedule(d_model, warmup_steps, scale),
         beta_1=0.9,
