@@ -57,7 +57,8 @@ def _xla_compilations(dump_dir, function="replica_gradients"):
 
 def test_mirrored_two_cpus_xla_matches_single_device(tmp_path):
     dump = tmp_path / "xla"
-    result = _run("mirrored", tmp_path / "out.json", env={"XLA_FLAGS": f"--xla_dump_to={dump}"})
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump}"  # after conftest's TEST_XLA_FLAGS
+    result = _run("mirrored", tmp_path / "out.json", env={"XLA_FLAGS": flags})
     assert result["replicas"] == 2
     # XLA really compiled the replica step: one module per replica device (one shape).
     assert len(_xla_compilations(dump)) == 2

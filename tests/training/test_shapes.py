@@ -96,7 +96,8 @@ import pytest  # noqa: E402
 
 def test_xla_compiles_once_per_bucket_over_a_real_epoch(tmp_path, data_root, multi30k_dir):
     dump = tmp_path / "xla"
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=f"--xla_dump_to={dump}")
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump}"  # after conftest's TEST_XLA_FLAGS
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=flags)
     proc = subprocess.run([sys.executable, __file__, str(tmp_path / "out.json"), str(data_root)], env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
