@@ -121,19 +121,24 @@ def test_average_checkpoints_rejects_last_zero(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
-    """`run` trains, scores, exports and translates; the export then works in a fresh process."""
+def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
+    """`run` trains, scores, exports and translates; its model and export then work in fresh processes.
+
+    `run` itself runs in this process (`--precision float32`, so no mixed policy outlives it): the
+    fresh processes below are the ones that load what it saved.
+    """
     out = tmp_path / "run"
     env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(multi30k_dir.parent))
+    monkeypatch.setenv("KERAS_TRANSFORMER_DATA", str(multi30k_dir.parent))
     command = [
-        sys.executable, "-m", "keras_transformer.cli", "run", "--preset", "tiny", "--vocab-size", "300",
+        "run", "--preset", "tiny", "--vocab-size", "300", "--precision", "float32",
         "--limit-train", "1500", "--limit-test", "40", "--epochs", "1", "--beam-size", "2",
         "--output-dir", str(out), "--num-examples", "2",
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "BLEU = " in result.stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in result.stdout
-    assert result.stdout.count("  EN:  ") == 2
+    assert main(command) == 0
+    stdout = capsys.readouterr().out
+    assert "BLEU = " in stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in stdout
+    assert stdout.count("  EN:  ") == 2
     results = json.loads((out / "results.json").read_text())
     assert 0.0 <= results["bleu"] <= 100.0
     export = pathlib.Path(results["saved_model"])
@@ -143,7 +148,7 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
     state = json.loads((out / "checkpoints" / "state.json").read_text())
     assert record["weights"] == "checkpoint" and record["checkpoints"] == [state["latest"]]
     assert (record["epoch"], record["epochs"], record["saved_by"]) == (1, 1, "run")
-    assert f"saved {out / 'model.keras'}: the weights of checkpoint {state['latest']}" in result.stdout
+    assert f"saved {out / 'model.keras'}: the weights of checkpoint {state['latest']}" in stdout
 
     # evaluate and export load the trained model in a fresh process (the Keras classes must register), and
     # translate loads the export in another: three independent processes, run at once.
@@ -183,11 +188,11 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir):
 
     # Re-running the finished run trains nothing, says so, and translates and exports again.
     checkpoints_before = sorted(os.listdir(out / "checkpoints"))
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert main(command) == 0
+    again = capsys.readouterr().out
     assert (f"{out} already holds a finished run (epoch 1 of 1, step {state['step']}); re-running trains nothing: "
-            "it translates test2016 and exports again") in again.stdout
-    assert "trained nothing (the run was finished)" in again.stdout and "BLEU = " in again.stdout
+            "it translates test2016 and exports again") in again
+    assert "trained nothing (the run was finished)" in again and "BLEU = " in again
     assert sorted(os.listdir(out / "checkpoints")) == checkpoints_before
     assert json.loads((out / "checkpoints" / "state.json").read_text()) == state
     assert json.loads((out / "results.json").read_text())["train_minutes"] == results["train_minutes"]
@@ -705,25 +710,27 @@ def _bleu_line(stdout):
 
 
 @pytest.mark.slow
-def test_run_spanish_english_on_a_slice_and_validation_bleu_equals_evaluate(tmp_path, data_root, tatoeba_dir):
+def test_run_spanish_english_on_a_slice_and_validation_bleu_equals_evaluate(tmp_path, data_root, tatoeba_dir,
+                                                                           monkeypatch, capsys):
     """`run --dataset tatoeba_spa_eng` trains es->en on a slice, scores validation BLEU each epoch and the test set;
-    `evaluate` of the saved model on the same validation sentences gives the callback's score and translations."""
+    `evaluate` of the saved model on the same validation sentences gives the callback's score and translations.
+    (Both run in this process, `run` in float32; `test_run_end_to_end_on_a_slice` loads a run in fresh processes.)"""
     from keras_transformer.data.sources import load_tatoeba
 
     out = tmp_path / "run"
-    env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(data_root))
+    monkeypatch.setenv("KERAS_TRANSFORMER_DATA", str(data_root))
     command = [
-        sys.executable, "-m", "keras_transformer.cli", "run", "--dataset", "tatoeba_spa_eng", "--preset", "tiny",
+        "run", "--dataset", "tatoeba_spa_eng", "--preset", "tiny", "--precision", "float32",
         "--vocab-size", "300", "--limit-train", "1200", "--limit-test", "20", "--epochs", "1", "--beam-size", "1",
         "--valid-bleu-sentences", "12", "--output-dir", str(out), "--num-examples", "1",
         # A small learning rate keeps this tiny model near its start, whose translations are not empty.
         "--learning-rate-scale", "0.02",
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "es -> en" in result.stdout and "translating tatoeba_spa_eng test (20 sentences)" in result.stdout
-    assert "validation BLEU at each epoch end: greedy search of 12 sentences, sacreBLEU tokenizer 13a" in result.stdout
-    assert "  ES:  " in result.stdout and "  EN:  " in result.stdout
+    assert main(command) == 0
+    stdout = capsys.readouterr().out
+    assert "es -> en" in stdout and "translating tatoeba_spa_eng test (20 sentences)" in stdout
+    assert "validation BLEU at each epoch end: greedy search of 12 sentences, sacreBLEU tokenizer 13a" in stdout
+    assert "  ES:  " in stdout and "  EN:  " in stdout
     results = json.loads((out / "results.json").read_text())
     assert (results["dataset"], results["language_pair"], results["test_split"]) == ("tatoeba_spa_eng", "es-en", "test")
     assert len((out / "test.hyp.en").read_text(encoding="utf-8").splitlines()) == 20
@@ -734,18 +741,15 @@ def test_run_spanish_english_on_a_slice_and_validation_bleu_equals_evaluate(tmp_
     valid = load_tatoeba("valid", data_dir=data_root)
     (out / "valid.es").write_text("".join(s + "\n" for s in valid.sources[:12]), encoding="utf-8")
     (out / "valid.en").write_text("".join(t + "\n" for t in valid.targets[:12]), encoding="utf-8")
-    evaluate = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", "evaluate", "--model-dir", str(out), "--beam-size", "1",
-         "--target-lang", "en", "--source", str(out / "valid.es"), "--reference", str(out / "valid.en"),
-         "--output", str(out / "valid.hyp.en")],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    assert main(["evaluate", "--model-dir", str(out), "--beam-size", "1", "--target-lang", "en",
+                 "--source", str(out / "valid.es"), "--reference", str(out / "valid.en"),
+                 "--output", str(out / "valid.hyp.en")]) == 0
+    evaluate = capsys.readouterr().out
     hypotheses = (out / "valid.hyp.en").read_text(encoding="utf-8").splitlines()
     assert hypotheses == (out / "best_bleu.hyp.txt").read_text(encoding="utf-8").splitlines() and any(hypotheses)
-    bleu, line = _bleu_line(evaluate.stdout)
+    bleu, line = _bleu_line(evaluate)
     assert bleu == round(best["val_bleu"], 2) and best["bleu_signature"] in line
-    assert f"chrF = {best['val_chrf']:.2f}" in evaluate.stdout
+    assert f"chrF = {best['val_chrf']:.2f}" in evaluate
 
 
 def test_train_stops_early_on_validation_bleu_and_a_rerun_trains_nothing(tmp_path, capsys, multi30k_dir):
