@@ -2,7 +2,11 @@
 
 Loaded by :func:`load` as ONE module object per session (registered in
 ``sys.modules``), so the SentencePiece model is trained once and the SavedModel
-is exported once however many test files use them.
+is exported once however many test files use them. Under pytest-xdist they are
+made once per session, not once per worker: the first worker that needs one
+makes it in a folder of the session that all workers share, under a file lock
+(:func:`_made_once`, pytest-xdist's recipe for session fixtures), and the
+others wait for it and read it.
 
 What is shared is on disk (the ``.model`` file, the export folders); every
 test module builds its own tokenizer / model / loaded SavedModel objects,
@@ -11,9 +15,11 @@ that owns tensorflow_text's SentencePiece resource. The model has random
 weights from a fixed seed, so every module gets the same weights.
 """
 
+import contextlib
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
 
 MODULE_NAME = "keras_transformer_tests_shared"
@@ -42,13 +48,43 @@ def _read_lines(path, n):
         return [line.strip() for line in itertools.islice(f, n)]
 
 
+def _made_once(tmp_path_factory, name, make):
+    """The folder ``name`` after ``make(folder)`` ran in it once in this test session.
+
+    Under pytest-xdist the folder is in the session's folder that holds every
+    worker's temporary folder (``getbasetemp().parent``): the first worker runs
+    ``make`` while holding a file lock, the others wait on the lock and find it
+    made (a ``.made`` file, written last). Without xdist it is in this session's
+    own temporary folder.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from filelock import FileLock
+
+        root = tmp_path_factory.getbasetemp().parent
+        lock = FileLock(str(root / f"{name}.lock"))
+    else:
+        root = tmp_path_factory.getbasetemp()
+        lock = contextlib.nullcontext()
+    folder = root / name
+    with lock:
+        if not (folder / ".made").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").write_text("")
+    return folder
+
+
 def spm_path(multi30k_dir, tmp_path_factory):
     """Path of a 300-piece SentencePiece model trained once on 1000 + 1000 Multi30k lines."""
     if "spm" not in _cache:
         from keras_transformer.data.tokenizer import train_sentencepiece
 
-        lines = _read_lines(multi30k_dir / "train.en", 1000) + _read_lines(multi30k_dir / "train.de", 1000)
-        _cache["spm"] = train_sentencepiece(lines, tmp_path_factory.mktemp("shared_spm"), vocab_size=300)
+        def make(folder):
+            lines = _read_lines(multi30k_dir / "train.en", 1000) + _read_lines(multi30k_dir / "train.de", 1000)
+            train_sentencepiece(lines, folder, vocab_size=300)
+
+        _cache["spm"] = str(_made_once(tmp_path_factory, "shared_spm", make) / "spm.model")
     return _cache["spm"]
 
 
@@ -81,18 +117,19 @@ def exported(model, tokenizer, tmp_path_factory):
         from keras_transformer.decoding import Translator
         from keras_transformer.export import export_saved_model
 
-        try:
-            import tensorflow_serving.apis  # noqa: F401
+        def make(folder):
+            try:
+                import tensorflow_serving.apis  # noqa: F401
 
-            warmup = WARMUP_SENTENCES
-        except ImportError:
-            warmup = None
-        base = tmp_path_factory.mktemp("shared_export") / "translator"
-        plain = Translator(model, tokenizer, **EXPORT_KWARGS)
-        xla = Translator(model, tokenizer, jit_compile=True, **EXPORT_KWARGS)
-        paths = {
-            1: export_saved_model(plain, base, version=1, warmup_sentences=warmup),
-            2: export_saved_model(xla, base, version=2),
-        }
-        _cache["export"] = (base, paths)
+                warmup = WARMUP_SENTENCES
+            except ImportError:
+                warmup = None
+            # Every worker's model has the same weights (the fixed seed), so one export serves them all.
+            export_saved_model(Translator(model, tokenizer, **EXPORT_KWARGS), folder / "translator", version=1,
+                               warmup_sentences=warmup)
+            export_saved_model(Translator(model, tokenizer, jit_compile=True, **EXPORT_KWARGS),
+                               folder / "translator", version=2)
+
+        base = _made_once(tmp_path_factory, "shared_export", make) / "translator"
+        _cache["export"] = (base, {version: os.path.join(base, str(version)) for version in (1, 2)})
     return _cache["export"]
