@@ -128,8 +128,7 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
     fresh processes below are the ones that load what it saved.
     """
     out = tmp_path / "run"
-    env = dict(os.environ, KERAS_TRANSFORMER_DATA=str(multi30k_dir.parent))
-    monkeypatch.setenv("KERAS_TRANSFORMER_DATA", str(multi30k_dir.parent))
+    monkeypatch.setenv("KERAS_TRANSFORMER_DATA", str(multi30k_dir.parent))  # for `run` here and the processes below
     command = [
         "run", "--preset", "tiny", "--vocab-size", "300", "--precision", "float32",
         "--limit-train", "1500", "--limit-test", "40", "--epochs", "1", "--beam-size", "2",
@@ -162,15 +161,15 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
             pool.submit(subprocess.run, [*cli, "evaluate", "--model-dir", str(out), "--beam-size", "2",
                                          "--length-penalty", "1.0", "--source", str(out / "test.en"),
                                          "--reference", str(out / "test.de")],
-                        env=env, capture_output=True, text=True, timeout=300),
+                        capture_output=True, text=True, timeout=300),
             pool.submit(subprocess.run, [*cli, "translate", "--saved-model", str(export)],
-                        input="\n".join(sentences) + "\n", env=env, capture_output=True, text=True, timeout=300),
+                        input="\n".join(sentences) + "\n", capture_output=True, text=True, timeout=300),
         ]
         assert main(["export", "--model-dir", str(out), "--export-dir", str(out / "export2"), "--version", "3",
                      "--beam-size", "2"]) == 0
         evaluate, translate = (job.result() for job in jobs)
     assert (out / "export2" / "3" / "saved_model.pb").is_file()
-    capsys.readouterr()
+    capsys.readouterr()  # export's output, so that the re-run's below is read alone
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     assert "BLEU = " in evaluate.stdout and "sentences = 5" in evaluate.stdout
     assert "beam search (beam 2, alpha 1.0)" in evaluate.stdout
