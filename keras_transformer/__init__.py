@@ -1,5 +1,10 @@
 """keras_transformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) in Keras 3.
 
+The product is the :class:`Runner` (``keras_transformer.runner``): every workflow (prepare, train,
+average, evaluate, translate, score, export, run) over one run folder (:class:`RunFolder`) and its
+settings (:class:`RunSettings`, every default in :mod:`keras_transformer.settings`); the command line
+and the Colab notebook call it.
+
 Where each part of the paper lives:
 
 * Section 3.1-3.5, the model: :mod:`keras_transformer.layers`
@@ -23,6 +28,17 @@ __version__ = "0.1.0"
 # Public name -> module. Imported on first use (PEP 562), so that `import keras_transformer`
 # and the command line start without loading TensorFlow before they need it.
 _EXPORTS = {
+    "Runner": "keras_transformer.runner",
+    "RunSettings": "keras_transformer.settings",
+    "DataSettings": "keras_transformer.settings",
+    "VocabularySettings": "keras_transformer.settings",
+    "TrainingSettings": "keras_transformer.settings",
+    "ValidationSettings": "keras_transformer.settings",
+    "EvaluationSettings": "keras_transformer.settings",
+    "DecodingSettings": "keras_transformer.settings",
+    "ExportSettings": "keras_transformer.settings",
+    "RunError": "keras_transformer.settings",
+    "RunFolder": "keras_transformer.run_folder",
     "TransformerConfig": "keras_transformer.config",
     "PRESETS": "keras_transformer.config",
     "get_preset": "keras_transformer.config",

@@ -26,7 +26,6 @@ __all__ = [
     "AttentionPlot",
     "PositionalEncodingPlot",
     "attention_matrices",
-    "load_model_and_tokenizer",
     "plot_attention_heads",
     "plot_positional_encoding",
     "positional_encoding_matrix",
@@ -53,6 +52,7 @@ class AttentionPlot:
         target: the target sentence (given, or the greedy translation).
         layer: the decoder layer index plotted (0-based, non-negative).
         path: the PNG written, or ``None``.
+        num_layers: the model's decoder layers.
     """
 
     figure: Any
@@ -63,6 +63,7 @@ class AttentionPlot:
     target: str
     layer: int
     path: str | None
+    num_layers: int = 0
 
 
 @dataclasses.dataclass
@@ -107,30 +108,6 @@ def _check_positive_int(name: str, value: Any) -> None:
 
 
 # --------------------------------------------------------------------------- loading
-
-
-def load_model_and_tokenizer(model_dir: _PathLike):
-    """Loads what ``keras-transformer run`` leaves in its output folder.
-
-    Args:
-        model_dir: the folder holding ``model.keras`` (the trained Keras model)
-            and ``spm.model`` (the shared SentencePiece vocabulary), e.g.
-            ``runs/multi30k``.
-
-    Returns:
-        ``(model, tokenizer)``: a :class:`keras_transformer.Transformer` and a
-        :class:`keras_transformer.data.tokenizer.SubwordTokenizer`.
-
-    Raises:
-        FileNotFoundError: naming the missing folder or file.
-    """
-    model_dir = pathlib.Path(model_dir)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model folder not found: {model_dir} (expected the --output-dir of `run`)")
-    missing = [str(model_dir / name) for name in ("model.keras", "spm.model") if not (model_dir / name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"missing in {model_dir}: {', '.join(missing)} (written by `keras-transformer run`)")
-    return _load_model(model_dir / "model.keras"), _load_tokenizer(model_dir / "spm.model")
 
 
 def _load_model(path: _PathLike):
@@ -341,6 +318,7 @@ def plot_attention_heads(
         target=found["target"],
         layer=layer,
         path=written,
+        num_layers=num_layers,
     )
 
 

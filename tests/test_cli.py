@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from keras_transformer.cli import _split_lines, main
+from keras_transformer.cli import main
+from keras_transformer.decoding.scoring import decode_lines
 from keras_transformer.decoding.corpus import translate_lines
 
 MULTI30K = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
@@ -63,9 +64,9 @@ def test_translate_names_the_line_that_is_not_utf8(tmp_path, capsys):
 
 def test_split_lines_keeps_one_sentence_per_newline():
     text = "one\u2028still one\r\ntwo\x0cstill two\nthree"
-    assert _split_lines(text) == ["one\u2028still one", "two\x0cstill two", "three"]
-    assert _split_lines("a\n\nb\n") == ["a", "", "b"]
-    assert _split_lines("") == []
+    assert decode_lines(text.encode(), "t") == ["one\u2028still one", "two\x0cstill two", "three"]
+    assert decode_lines(b"a\n\nb\n", "t") == ["a", "", "b"]
+    assert decode_lines(b"", "t") == []
 
 
 def test_translate_lines_names_the_truncated_lines(capsys):
@@ -189,7 +190,7 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
     assert main(command) == 0
     again = capsys.readouterr().out
     assert (f"{out} already holds a finished run (epoch 1 of 1, step {state['step']}); re-running trains nothing: "
-            "it translates test2016 and exports again") in again
+            "it translates the test split and exports again") in again
     assert "trained nothing (the run was finished)" in again and "BLEU = " in again
     assert sorted(os.listdir(out / "checkpoints")) == checkpoints_before
     assert json.loads((out / "checkpoints" / "state.json").read_text()) == state
@@ -296,42 +297,44 @@ def test_evaluate_says_which_weights_and_shows_a_progress_bar(tmp_path, monkeypa
     assert "translating: 100%" in bar and "3/3" in bar and "sent" in bar
 
 
-def test_rerun_says_what_it_does(tmp_path, capsys):
-    import argparse
-
-    from keras_transformer.cli import _say_what_a_rerun_does
-    from keras_transformer.training import checkpoints
+def test_rerun_says_what_it_does(tmp_path):
+    from keras_transformer.run_folder import RunFolder, atomic_write_text
+    from keras_transformer.runner.training import describe_rerun
+    from keras_transformer.settings import TrainingSettings
 
     out = tmp_path / "run"
-    args = argparse.Namespace(command="run", epochs=20, max_train_minutes=6.0)
-    assert _say_what_a_rerun_does(args, out) is False  # a new folder: nothing said
-    assert capsys.readouterr().out == ""
+    folder = RunFolder(out)
+    lines = []
+    run = TrainingSettings(epochs=20, max_train_minutes=6.0)
+    then = "translates the test split and exports again"
+    assert describe_rerun(folder, run, then, lines.append) is False  # a new folder: nothing said
+    assert lines == []
     (out / "checkpoints").mkdir(parents=True)
 
     def state(epoch, batch, step):
         name = f"ckpt-{step:08d}.weights.h5"
         (out / "checkpoints" / name).write_bytes(b"")
-        checkpoints.atomic_write_text(out / "checkpoints" / "state.json", json.dumps(
+        atomic_write_text(out / "checkpoints" / "state.json", json.dumps(
             {"epoch": epoch, "batch": batch, "batches": step, "step": step, "latest": name}))
 
     state(1, 180, 470)  # stopped by the 6-minute budget in epoch 2
-    assert _say_what_a_rerun_does(args, out) is False
-    assert capsys.readouterr().out.strip() == (
+    assert describe_rerun(folder, run, then, lines.append) is False
+    assert lines.pop().strip() == (
         f"{out} holds a run stopped at batch 180 of epoch 2 of 20 (step 470); re-running continues training from "
-        "there for at most 6 more minutes, then translates test2016 and exports again; use a new --output-dir to "
-        "start over"
+        "there for at most 6 more minutes, then translates the test split and exports again; use a new run folder "
+        "to start over"
     )
     state(20, 0, 5800)
-    assert _say_what_a_rerun_does(args, out) is True
-    assert capsys.readouterr().out.strip() == (
+    assert describe_rerun(folder, run, then, lines.append) is True
+    assert lines.pop().strip() == (
         f"{out} already holds a finished run (epoch 20 of 20, step 5800); re-running trains nothing: it translates "
-        "test2016 and exports again with the trained model; use a new --output-dir to train again"
+        "the test split and exports again with the trained model; use a new run folder to train again"
     )
-    train = argparse.Namespace(command="train", epochs=30, max_train_minutes=0.0)
-    assert _say_what_a_rerun_does(train, out) is False  # more epochs asked for: training continues
-    assert capsys.readouterr().out.strip() == (
+    train = TrainingSettings(epochs=30)
+    assert describe_rerun(folder, train, "saves model.keras again", lines.append) is False  # more epochs: continues
+    assert lines.pop().strip() == (
         f"{out} holds a run stopped after epoch 20 of 30 (step 5800); re-running continues training from there, "
-        "then saves model.keras again; use a new --model-dir to start over"
+        "then saves model.keras again; use a new run folder to start over"
     )
 
 
@@ -526,7 +529,8 @@ def test_sampled_translation_from_a_model_folder_and_its_export(model_folder, mu
     import tensorflow as tf
 
     from keras_transformer.decoding import Translator
-    from keras_transformer.decoding.load import batch_seed, load_model_dir
+    from keras_transformer.decoding.load import batch_seed
+    from keras_transformer.run_folder import RunFolder
 
     _write_slice(multi30k_dir, tmp_path, 6)
     source = tmp_path / "test.en"
@@ -543,7 +547,7 @@ def test_sampled_translation_from_a_model_folder_and_its_export(model_folder, mu
     assert len(first) == len(lines)
     # The Python API, independently of the CLI: one batch (6 lines < --batch-size), in length order,
     # seeded with batch_seed(3, batch).
-    model, tokenizer, config = load_model_dir(model_folder)
+    model, tokenizer, config = RunFolder(model_folder).load()
     translator = Translator(model, tokenizer, max_length=config.max_length,
                             extra_decode_length=config.extra_decode_length, sampling_topk=5)
     batch = tf.constant(sorted(lines, key=len))

@@ -153,11 +153,6 @@ def test_plot_attention_heads_rejects_bad_input(model, tokenizer, tmp_path):
         visualization.plot_attention_heads(model, tokenizer, "a man " * 30, TARGET)
     with pytest.raises(FileNotFoundError, match="missing.keras"):
         visualization.plot_attention_heads(str(tmp_path / "missing.keras"), tokenizer, SOURCE, TARGET)
-    with pytest.raises(FileNotFoundError, match="no_such_dir"):
-        visualization.load_model_and_tokenizer(tmp_path / "no_such_dir")
-    (tmp_path / "run").mkdir()
-    with pytest.raises(FileNotFoundError, match="model.keras"):
-        visualization.load_model_and_tokenizer(tmp_path / "run")
 
 
 # --------------------------------------------------------------------------- positional encoding
@@ -182,6 +177,18 @@ def test_positional_encoding_plot_holds_the_sinusoids(tmp_path):
 # --------------------------------------------------------------------------- CLI
 
 
+def _write_record(run_dir, model):
+    """The run record a model folder needs beside model.keras and spm.model."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.tokenizer import SubwordTokenizer
+    from keras_transformer.run_folder import RunFolder, RunRecord
+
+    names = {f for f in TransformerConfig.__dataclass_fields__}
+    config = TransformerConfig(**{k: v for k, v in model.get_config().items() if k in names})
+    sha = SubwordTokenizer(str(run_dir / "spm.model")).vocab_sha256
+    RunFolder(run_dir).write_record(RunRecord(None, config, sha))
+
+
 def test_cli_plot_commands(model, spm_path, tmp_path, capsys):
     assert main(["plot", "positional-encoding", "--d-model", "32", "--length", "20", "--output", str(tmp_path / "pe.png")]) == 0
     assert _is_png(tmp_path / "pe.png")
@@ -191,6 +198,9 @@ def test_cli_plot_commands(model, spm_path, tmp_path, capsys):
     model.save(run_dir / "model.keras")
     with open(spm_path, "rb") as src, open(run_dir / "spm.model", "wb") as dst:
         dst.write(src.read())
+    assert main(["plot", "attention", "--model-dir", str(run_dir), "--source", SOURCE]) == 2
+    assert f"missing {run_dir / 'config.json'}" in capsys.readouterr().err  # not a model folder yet
+    _write_record(run_dir, model)
     out = tmp_path / "att.png"
     argv = ["plot", "attention", "--model-dir", str(run_dir), "--source", SOURCE, "--target", TARGET]
     assert main(argv + ["--layer", "0", "--output", str(out)]) == 0

@@ -45,9 +45,9 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["load_model_dir", "open_translator", "OpenedTranslator", "folder_kind", "batch_seed"]
+from keras_transformer.settings import DEFAULT_BEAM_SIZE, RunError
 
-_MODEL_DIR_FILES = ("model.keras", "spm.model", "config.json")
+__all__ = ["open_translator", "OpenedTranslator", "folder_kind", "batch_seed"]
 
 
 def folder_kind(path: str | os.PathLike) -> str | None:
@@ -57,42 +57,11 @@ def folder_kind(path: str | os.PathLike) -> str | None:
         return "saved_model"
     if (path / "model.bin").is_file() and (path / "keras_transformer.json").is_file():
         return "ctranslate2"
-    if all((path / name).is_file() for name in _MODEL_DIR_FILES):
+    from keras_transformer.run_folder import RunFolder
+
+    if RunFolder(path).is_model_folder():
         return "model_dir"
     return None
-
-
-def load_model_dir(model_dir: str | os.PathLike):
-    """``(model, tokenizer, config)`` from a folder written by ``keras-transformer train`` or ``run``.
-
-    Args:
-        model_dir: the folder holding ``model.keras`` (the trained Keras
-            model), ``spm.model`` (the shared SentencePiece vocabulary) and
-            ``config.json`` (preset, configuration and vocabulary sha256).
-
-    Returns:
-        ``(Transformer, SubwordTokenizer, TransformerConfig)``.
-
-    Raises:
-        ValueError: naming the missing files, or a vocabulary whose sha256
-            differs from the one the model was trained with.
-    """
-    import keras
-
-    import keras_transformer.model  # noqa: F401  (registers the Keras classes that load_model looks up)
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.data.tokenizer import SubwordTokenizer
-
-    folder = pathlib.Path(model_dir)
-    missing = [str(folder / n) for n in _MODEL_DIR_FILES if not (folder / n).is_file()]
-    if missing:
-        raise ValueError(f"missing {', '.join(missing)} (written by `keras-transformer train` or `run`)")
-    record = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = TransformerConfig(**record["config"])
-    tokenizer = SubwordTokenizer(str(folder / "spm.model"))
-    tokenizer.check_vocabulary(record["vocab_sha256"])
-    model = keras.saving.load_model(folder / "model.keras", compile=False)
-    return model, tokenizer, config
 
 
 @dataclasses.dataclass
@@ -111,7 +80,7 @@ class OpenedTranslator:
         weights: which weights translate, e.g. ``"runs/m/model.keras: the
             average of the last 5 checkpoints (...)"`` (for a model folder,
             from the record training leaves next to ``model.keras``, see
-            :func:`keras_transformer.training.checkpoints.describe_model_weights`).
+            :meth:`keras_transformer.run_folder.RunFolder.describe_weights`).
         n_best: ``tf.string [B] -> {"translations": [B, beam] strings,
             "scores": [B, beam] float32, "truncated": [B] bool}``
             (:meth:`Translator.translate_n_best
@@ -142,7 +111,7 @@ class OpenedTranslator:
         """
         fn = getattr(self, what)
         if fn is None:
-            raise ValueError(self.unavailable.get(what, f"{what} is not available for this {self.kind}"))
+            raise RunError(self.unavailable.get(what, f"{what} is not available for this {self.kind}"))
         return fn
 
 
@@ -221,7 +190,7 @@ def open_translator(
     kind = folder_kind(path)
     if kind is None:
         raise ValueError(
-            f"{path} is neither a trained model folder ({', '.join(_MODEL_DIR_FILES)}), a SavedModel version folder "
+            f"{path} is neither a trained model folder (model.keras, spm.model, config.json), a SavedModel version folder "
             "(saved_model.pb) nor a CTranslate2 export (model.bin, keras_transformer.json)"
         )
     sampling = {"top_k": sampling_topk, "top_p": sampling_topp, "temperature": sampling_temperature}
@@ -240,16 +209,15 @@ def open_translator(
             1.0 if sampling_temperature is None else sampling_temperature,
         )
         if kind == "ctranslate2":
-            raise ValueError(f"{path} is a CTranslate2 export, which translates without sampling here; sample with "
-                             "the trained model folder or a SavedModel exported with `keras-transformer export "
-                             "--sampling`")
+            raise RunError(f"{path} is a CTranslate2 export, which translates without sampling here; sample with "
+                           "the trained model folder or a SavedModel exported with {export.sampling}")
     if kind == "model_dir":
         from keras_transformer.decoding.translator import Translator
+        from keras_transformer.run_folder import RunFolder
 
-        from keras_transformer.training.checkpoints import describe_model_weights
-
-        model, tokenizer, config = load_model_dir(path)
-        weights = describe_model_weights(pathlib.Path(path) / "model.keras")
+        folder = RunFolder(path)
+        model, tokenizer, config = folder.load()
+        weights = folder.describe_weights()
         if sample:
             translator = Translator(
                 model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
@@ -261,7 +229,7 @@ def open_translator(
                 _sampling_description(top_k, top_p, temperature, seed), dict(translator.get_config(), seed=seed),
                 translator, weights,
             )
-        beam = 4 if beam_size is None else beam_size
+        beam = DEFAULT_BEAM_SIZE if beam_size is None else beam_size
         alpha = config.length_penalty if length_penalty is None else float(length_penalty)
         translator = Translator(
             model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
@@ -307,14 +275,14 @@ def open_translator(
         return _open_saved_model_sampling(path, record, sampling, seed)
     exported_beam, exported_alpha = decoding.get("beam_size"), decoding.get("length_penalty")
     if beam_size not in (None, 1) and exported_beam is not None and beam_size != exported_beam:
-        raise ValueError(
+        raise RunError(
             f"the SavedModel {path} was exported with beam {exported_beam}: it translates with that setting "
-            "(or greedy with beam 1); re-export it (`keras-transformer export --beam-size`) for another"
+            "(or greedy with beam 1); re-export it with another {decoding.beam_size} for another"
         )
     if length_penalty is not None and exported_alpha is not None and float(length_penalty) != float(exported_alpha):
-        raise ValueError(
+        raise RunError(
             f"the SavedModel {path} was exported with alpha {exported_alpha}: re-export it "
-            "(`keras-transformer export --length-penalty`) for another"
+            "with another {decoding.length_penalty} for another"
         )
     loaded = tf.saved_model.load(str(path))
     greedy = beam_size == 1
@@ -323,14 +291,14 @@ def open_translator(
     description = ("SavedModel " + _search_description(beam, exported_alpha or 0.0)) if beam else "SavedModel"
     opened = OpenedTranslator(kind, lambda batch: signature(batch), description, dict(decoding), loaded,
                               f"{pathlib.Path(path) / 'variables'} (the weights exported in the SavedModel)")
-    old = ("was exported before the {name} signature existed: re-export it (`keras-transformer export`) "
-           "from its trained model folder, or use that folder")
+    old = ("was exported before the {name} signature existed: re-export it (Runner.export, `keras-transformer "
+           "export`) from its trained model folder, or use that folder")
     if "n_best" not in loaded.signatures:
         opened.unavailable["n_best"] = f"the SavedModel {path} " + old.format(name="n_best")
     elif greedy:
         opened.unavailable["n_best"] = (
             f"the SavedModel {path} gives n-best lists with the beam size it was exported with "
-            f"({exported_beam}), not greedy search: drop --beam-size 1"
+            f"({exported_beam}), not greedy search: drop " "{decoding.beam_size} 1"
         )
     else:
         n_best = loaded.signatures["n_best"]
@@ -364,10 +332,10 @@ def _open_saved_model_sampling(path: Any, record: dict[str, Any], asked: dict[st
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
     def no_signature(signatures):
-        return ValueError(
+        return RunError(
             f"the SavedModel {path} was exported without the `sample` signature (signatures: {signatures}); "
-            "re-export it with `keras-transformer export --sampling` (and --sampling-topk/--sampling-topp/"
-            "--sampling-temperature) to sample"
+            "re-export it with {export.sampling} (and {decoding.sampling_topk}/{decoding.sampling_topp}/"
+            "{decoding.sampling_temperature}) to sample"
         )
 
     exported = record.get("sampling") or {}
@@ -375,10 +343,9 @@ def _open_saved_model_sampling(path: Any, record: dict[str, Any], asked: dict[st
         raise no_signature(", ".join(sorted(record.get("signatures", {}))))
     for name, value in asked.items():
         if value is not None and name in exported and float(value) != float(exported[name]):
-            raise ValueError(
+            raise RunError(
                 f"the SavedModel {path} samples with {name.replace('_', '-')} {exported[name]} (exported), not "
-                f"{value}; re-export it (`keras-transformer export --sampling-{name.replace('_', '')} {value}`) "
-                "for another"
+                f"{value}; re-export it with {{decoding.sampling_{name.replace('_', '')}}} {value} for another"
             )
     loaded = tf.saved_model.load(str(path))
     if "sample" not in loaded.signatures:

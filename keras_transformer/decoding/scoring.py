@@ -40,7 +40,10 @@ from typing import Any
 
 from keras_transformer.decoding.corpus import _map_batches, _values, warn_truncated
 
-__all__ = ["PairScore", "read_text_lines", "read_aligned_lines", "score_lines", "format_scores", "parse_score_line"]
+__all__ = [
+    "PairScore", "decode_lines", "read_text_lines", "read_aligned_lines", "score_lines", "format_scores",
+    "parse_score_line",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +98,29 @@ def read_text_lines(path: str | os.PathLike) -> list[str]:
         raise ValueError(f"expected a text file but got a directory: {path}")
     with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
         data = f.read()
+    return decode_lines(data, path)
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """UTF-8 ``data`` as lines, as :func:`read_text_lines` splits a file.
+
+    Args:
+        data: the bytes (a file's, or stdin's).
+        name: what they are, for the error message (a path, ``"stdin"``).
+
+    Returns:
+        ``list[str]``, one per ``\\n``-terminated line (a ``\\r`` before it dropped).
+
+    Raises:
+        ValueError: naming ``name``, the 1-based line and the byte column of
+            the first invalid UTF-8 sequence.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise ValueError(f"{path}, line {line}: not UTF-8 (invalid byte at column {column})") from None
+        raise ValueError(f"{name}, line {line}: not UTF-8 (invalid byte at column {column})") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -12,3 +12,16 @@ __all__ = [
     "paper_optimizer",
     "token_losses",
 ]
+
+# TEMPORARY (runner branch, replaced by the trainer split): the names the runner imports.
+from keras_transformer.training.trainer import (  # noqa: E402
+    build_model, compile_model, default_jit_compile, fit, get_strategy, set_precision,
+)
+
+
+def in_cluster() -> bool:
+    import json
+    import os
+
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    return sum(len(v) for v in cluster.values()) > 1

@@ -40,16 +40,13 @@ import h5py
 import keras
 import numpy as np
 
+from keras_transformer.run_folder import TMP_PREFIX, atomic_save_weights, atomic_write_text
+
 __all__ = [
     "TrainingState",
     "ResumableCheckpoint",
     "BestCheckpoint",
-    "atomic_save_weights",
-    "atomic_write_text",
     "average_checkpoints",
-    "describe_model_weights",
-    "read_model_record",
-    "write_model_record",
     "list_checkpoints",
     "checkpoints_to_average",
     "read_state",
@@ -58,64 +55,7 @@ __all__ = [
 ]
 
 STATE_FILE = "state.json"
-#: Suffix of the record written next to a saved model (``model.keras`` -> ``model.keras.json``).
-MODEL_RECORD_SUFFIX = ".json"
 _CKPT_RE = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
-_TMP_PREFIX = "tmp-"
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Writes ``text`` to ``path`` atomically (temporary file, fsync, ``os.replace``).
-
-    Args:
-        path: the destination file.
-        text: the content (UTF-8).
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}-{os.path.basename(path)}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(directory)
-
-
-def atomic_save_weights(model: keras.Model, path: str | os.PathLike) -> None:
-    """``model.save_weights(path)`` atomically: temporary file then ``os.replace``.
-
-    Args:
-        model: a built Keras model (its optimizer's variables are saved too).
-        path: the destination, ending in ``.weights.h5`` (Keras' rule).
-
-    Raises:
-        ValueError: if ``path`` does not end in ``.weights.h5``.
-    """
-    path = os.fspath(path)
-    if not path.endswith(".weights.h5"):
-        raise ValueError(f"weights path must end in .weights.h5, got {path!r}")
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}-{os.path.basename(path)}")
-    model.save_weights(tmp, overwrite=True)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(directory)
 
 
 def remove_partial_files(directory: str | os.PathLike) -> list[str]:
@@ -127,7 +67,7 @@ def remove_partial_files(directory: str | os.PathLike) -> list[str]:
         The removed paths.
     """
     removed = []
-    for path in glob.glob(os.path.join(os.fspath(directory), _TMP_PREFIX + "*")):
+    for path in glob.glob(os.path.join(os.fspath(directory), TMP_PREFIX + "*")):
         try:
             os.remove(path)
             removed.append(path)
@@ -420,7 +360,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.Pat
             sums[key] += other[key]
     directory = os.path.dirname(output) or "."
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}-{os.path.basename(output)}")
+    tmp = os.path.join(directory, f"{TMP_PREFIX}{os.getpid()}-{os.path.basename(output)}")
     with h5py.File(paths[-1], "r") as src, h5py.File(tmp, "w") as dst:
         for key, value in src.attrs.items():
             dst.attrs[key] = value
@@ -430,104 +370,3 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.Pat
             dst[key][...] = (total / len(paths)).astype(last[key].dtype)
     os.replace(tmp, output)
     return output
-
-
-def write_model_record(
-    model_path: str | os.PathLike,
-    checkpoints: Sequence[str | os.PathLike],
-    saved_by: str,
-    state: TrainingState | None = None,
-    epochs: int | None = None,
-) -> dict:
-    """Records next to a saved model which weights it holds: ``<model_path>.json``, written atomically.
-
-    Args:
-        model_path: the saved model, e.g. ``<model_dir>/model.keras``.
-        checkpoints: the checkpoint(s) its weights come from: one (the last
-            checkpoint) or several (their average, Section 6.1), oldest first.
-        saved_by: what saved it, e.g. ``"train"``, ``"run"``,
-            ``"average-checkpoints"``.
-        state: the training position of the last checkpoint (its
-            ``state.json``), if known.
-        epochs: the epochs the training was asked for, if known.
-
-    Returns:
-        The record (dict): ``weights`` (``"average"`` or ``"checkpoint"``),
-        ``checkpoints`` (file names), ``saved_by``, and ``step``, ``epoch``,
-        ``batch``, ``epochs`` when known.
-
-    Raises:
-        ValueError: for an empty ``checkpoints``.
-    """
-    names = [os.path.basename(os.fspath(p)) for p in checkpoints]
-    if not names:
-        raise ValueError("write_model_record needs the checkpoint(s) the model's weights come from")
-    record = {"weights": "average" if len(names) > 1 else "checkpoint", "checkpoints": names, "saved_by": saved_by}
-    match = _CKPT_RE.match(names[-1])
-    if match:
-        record["step"] = int(match.group(1))
-    if state is not None:
-        record.update(epoch=state.epoch, batch=state.batch)
-    if epochs is not None:
-        record["epochs"] = int(epochs)
-    atomic_write_text(os.fspath(model_path) + MODEL_RECORD_SUFFIX, json.dumps(record, indent=2) + "\n")
-    return record
-
-
-def read_model_record(model_path: str | os.PathLike) -> dict | None:
-    """The record :func:`write_model_record` left next to ``model_path``, or ``None`` when there is none."""
-    path = os.fspath(model_path) + MODEL_RECORD_SUFFIX
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def describe_model_weights(model_path: str | os.PathLike) -> str:
-    """One line saying which weights a saved model holds (from its record), for ``evaluate`` and ``translate``.
-
-    E.g. ``"runs/m/model.keras: the average of the last 5 checkpoints,
-    ckpt-00000080.weights.h5 ... ckpt-00000160.weights.h5 (training stopped
-    after epoch 3 of 20, step 160)"``. Mentions ``best.weights.h5`` (the best validation loss,
-    written by :class:`BestCheckpoint`) when it exists beside the model,
-    since it is *not* what the model holds.
-
-    Args:
-        model_path: the saved model, e.g. ``<model_dir>/model.keras``.
-
-    Returns:
-        The description (``str``); for a model saved without a record, says
-        so and what it then holds.
-    """
-    model_path = os.fspath(model_path)
-    record = read_model_record(model_path)
-    if record is None:
-        text = (
-            f"{model_path} (no {os.path.basename(model_path)}{MODEL_RECORD_SUFFIX}: saved before keras-transformer "
-            "recorded its weights; it holds the last checkpoint, or the average of the last --average-last ones)"
-        )
-    else:
-        names = record["checkpoints"]
-        if record["weights"] == "average":
-            what = f"the average of the last {len(names)} checkpoints, {names[0]} ... {names[-1]}"
-        else:
-            what = f"the weights of checkpoint {names[-1]}"
-        where = []
-        if "epoch" in record:
-            done = record["epoch"] + (1 if record.get("batch") else 0)
-            position = f"epoch {done}" if not record.get("batch") else f"batch {record['batch']} of epoch {done}"
-            where.append(f"training stopped after {position}" + (f" of {record['epochs']}" if "epochs" in record else ""))
-        if "step" in record:
-            where.append(f"step {record['step']}")
-        text = f"{model_path}: {what}" + (f" ({', '.join(where)})" if where else "")
-    best = os.path.join(os.path.dirname(model_path), "best.weights.h5")
-    if os.path.isfile(best):
-        note = ""
-        try:
-            with open(best + ".json", encoding="utf-8") as f:
-                info = json.load(f)
-            note = f", val_loss {info['val_loss']:.4f} after epoch {int(info['epoch']) + 1}"
-        except (OSError, ValueError, KeyError):
-            pass
-        text += f"; not best.weights.h5 (the best validation loss{note})"
-    return text

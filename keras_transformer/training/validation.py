@@ -55,13 +55,13 @@ from typing import IO, Any
 
 import keras
 
-from keras_transformer.training import checkpoints as ckpt
+from keras_transformer.run_folder import RunFolder, atomic_save_weights, atomic_write_text
 
 __all__ = ["EarlyStopping", "ValidationBLEU", "check_validation_settings", "make_validation"]
 
-BEST_BLEU_WEIGHTS = "best_bleu.weights.h5"
-BEST_BLEU_HYPOTHESES = "best_bleu.hyp.txt"
-EARLY_STOPPING_STATE = "early_stopping.json"
+BEST_BLEU_WEIGHTS = RunFolder.BEST_BLEU
+BEST_BLEU_HYPOTHESES = RunFolder.BEST_BLEU_HYPOTHESES
+EARLY_STOPPING_STATE = RunFolder.EARLY_STOPPING
 _MAXIMIZED = ("val_bleu", "val_chrf")
 
 
@@ -218,7 +218,7 @@ class EarlyStopping(keras.callbacks.Callback):
             "monitor": self.monitor, "mode": self.mode, "patience": self.patience, "min_delta": self.min_delta,
             "history": self.history, "best": self.best, "wait": self.wait,
         }
-        ckpt.atomic_write_text(path, json.dumps(state, indent=1) + "\n")
+        atomic_write_text(path, json.dumps(state, indent=1) + "\n")
 
     def observe(self, value: float, step: int, epoch: int) -> bool:
         """Records one evaluation; stops training when the patience is used up.
@@ -489,9 +489,9 @@ class ValidationBLEU(keras.callbacks.Callback):
     def _save_best(self, hypotheses: list[str]) -> None:
         path = self.best_path
         path.parent.mkdir(parents=True, exist_ok=True)
-        ckpt.atomic_save_weights(self.model, path)
-        ckpt.atomic_write_text(path.parent / BEST_BLEU_HYPOTHESES, "".join(h + "\n" for h in hypotheses))
-        ckpt.atomic_write_text(str(path) + ".json", json.dumps(self.best, indent=1) + "\n")
+        atomic_save_weights(self.model, path)
+        atomic_write_text(path.parent / BEST_BLEU_HYPOTHESES, "".join(h + "\n" for h in hypotheses))
+        atomic_write_text(str(path) + ".json", json.dumps(self.best, indent=1) + "\n")
 
     def _write_summaries(self, step: int, scores) -> None:
         if not self.tensorboard or self.model_dir is None:
@@ -537,27 +537,28 @@ class ValidationBLEU(keras.callbacks.Callback):
 def check_validation_settings(
     has_validation_set: bool, max_sentences: int, early_stopping_patience: int, early_stopping_metric: str
 ) -> None:
-    """Checks the validation flags before any work (:func:`make_validation` calls it too).
+    """Checks :func:`make_validation`'s settings before any work (a run checks
+    :class:`~keras_transformer.settings.ValidationSettings` first).
 
     Args:
         has_validation_set: whether there are validation pairs.
-        max_sentences: ``--valid-bleu-sentences`` (0: no validation BLEU).
-        early_stopping_patience: ``--early-stopping-patience`` (0: none).
+        max_sentences: validation sentences BLEU translates (0: no validation BLEU).
+        early_stopping_patience: validations without improvement before stopping (0: none).
         early_stopping_metric: ``"bleu"`` or ``"loss"``.
 
     Raises:
-        ValueError: naming the flags, for early stopping with nothing to
+        ValueError: naming the arguments, for early stopping with nothing to
             monitor (no validation set; ``bleu`` with validation BLEU off), an
             unknown metric, or negative numbers.
     """
     if early_stopping_metric not in ("bleu", "loss"):
         raise ValueError(f"early stopping metric must be 'bleu' or 'loss', got {early_stopping_metric!r}")
     if max_sentences < 0 or early_stopping_patience < 0:
-        raise ValueError("--valid-bleu-sentences and --early-stopping-patience must be >= 0")
+        raise ValueError("max_sentences and early_stopping_patience must be >= 0")
     if early_stopping_patience and not has_validation_set:
-        raise ValueError("--early-stopping-patience needs a validation set (e.g. --valid-source/--valid-target)")
+        raise ValueError("early stopping (early_stopping_patience) needs a validation set")
     if early_stopping_patience and early_stopping_metric == "bleu" and not max_sentences:
-        raise ValueError("--early-stopping-metric bleu needs validation BLEU: --valid-bleu-sentences must be > 0")
+        raise ValueError("early stopping on bleu needs validation BLEU: max_sentences must be > 0")
 
 
 def make_validation(
@@ -575,19 +576,19 @@ def make_validation(
     early_stopping_metric: str = "bleu",
     stream: IO[str] | None = None,
 ) -> tuple[ValidationBLEU | None, EarlyStopping | None]:
-    """The validation callbacks of the command line's ``train``/``run`` flags, for :func:`~keras_transformer.training.trainer.fit`.
+    """The validation callbacks of a run's :class:`~keras_transformer.settings.ValidationSettings`, for ``fit``.
 
     Args:
         valid: the validation pairs (a :class:`~keras_transformer.data.sources.ParallelText`), or None.
         tokenizer: the model's tokenizer.
         config: the model's configuration.
         model_dir: the run's folder.
-        every_steps: ``--valid-bleu-every`` (0: each epoch end).
-        max_sentences: ``--valid-bleu-sentences`` (0: no validation BLEU).
-        beam_size: ``--valid-bleu-beam-size``.
+        every_steps: ``validation.bleu_every`` (0: each epoch end).
+        max_sentences: ``validation.bleu_sentences`` (0: no validation BLEU).
+        beam_size: ``validation.bleu_beam_size``.
         target_lang: the target language (BLEU's tokenizer).
-        tokenize: ``--bleu-tokenize``.
-        early_stopping_patience: ``--early-stopping-patience`` (0: none).
+        tokenize: ``evaluation.bleu_tokenize``.
+        early_stopping_patience: ``validation.early_stopping_patience`` (0: none).
         early_stopping_metric: ``"bleu"`` or ``"loss"``.
         stream: where the lines go (default ``sys.stdout``).
 

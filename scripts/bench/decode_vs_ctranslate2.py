@@ -137,14 +137,17 @@ def _read_lines(path, n):
 
 def _export_all(model_dir, work_dir, beam_size, alpha):
     """{system name: (kind, path)} of the exports of ``model_dir`` made in this run."""
-    from keras_transformer.cli import _load_trained, _make_translator
     from keras_transformer.export import export_saved_model
     from keras_transformer.export.ctranslate2 import export_ctranslate2
+    from keras_transformer.run_folder import RunFolder
+    from keras_transformer.runner.translating import make_translator
+    from keras_transformer.settings import DecodingSettings
 
-    model, tokenizer, config = _load_trained(model_dir)
+    model, tokenizer, config = RunFolder(model_dir).load()
+    decoding_settings = DecodingSettings(beam_size=beam_size, length_penalty=alpha)
     systems = {}
     for name, xla in (("ours", False), ("ours --xla", True)):
-        translator, _, _ = _make_translator(model, tokenizer, config, beam_size, alpha, jit_compile=xla)
+        translator, _, _ = make_translator(model, tokenizer, config, decoding_settings, jit_compile=xla)
         base = os.path.join(work_dir, "xla" if xla else "default")
         systems[name] = ("saved_model", export_saved_model(translator, base, version=1, overwrite=True))
     decoding = {"max_length": config.max_length, "extra_decode_length": config.extra_decode_length,

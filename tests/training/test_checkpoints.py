@@ -141,39 +141,6 @@ def test_nan_loss_is_never_saved_as_a_checkpoint(tmp_path):
     assert state is None  # nothing saved: the epoch ended on a NaN loss
 
 
-def test_model_record_says_which_weights_model_keras_holds(tmp_path):
-    model_path = tmp_path / "model.keras"
-    names = [f"ckpt-{step:08d}.weights.h5" for step in (120, 140, 160)]
-    state = ckpt.TrainingState(epoch=3, batch=0, batches=160, step=160, latest=names[-1])
-    record = ckpt.write_model_record(model_path, [tmp_path / "checkpoints" / n for n in names], "run", state, epochs=20)
-    assert json.loads((tmp_path / "model.keras.json").read_text()) == record == {
-        "weights": "average", "checkpoints": names, "saved_by": "run", "step": 160, "epoch": 3, "batch": 0,
-        "epochs": 20,
-    }
-    assert ckpt.read_model_record(model_path) == record
-    assert ckpt.describe_model_weights(model_path) == (
-        f"{model_path}: the average of the last 3 checkpoints, ckpt-00000120.weights.h5 ... "
-        "ckpt-00000160.weights.h5 (training stopped after epoch 3 of 20, step 160)"
-    )
-    # One checkpoint, stopped mid-epoch (a time budget), and a best.weights.h5 beside it.
-    stopped = ckpt.TrainingState(epoch=1, batch=37, batches=97, step=97, latest="ckpt-00000097.weights.h5")
-    ckpt.write_model_record(model_path, ["ckpt-00000097.weights.h5"], "train", stopped, epochs=20)
-    (tmp_path / "best.weights.h5").write_bytes(b"")
-    (tmp_path / "best.weights.h5.json").write_text(json.dumps({"val_loss": 3.25, "epoch": 0}))
-    assert ckpt.describe_model_weights(model_path) == (
-        f"{model_path}: the weights of checkpoint ckpt-00000097.weights.h5 (training stopped after batch 37 of "
-        "epoch 2 of 20, step 97); not best.weights.h5 (the best validation loss, val_loss 3.2500 after epoch 1)"
-    )
-    with pytest.raises(ValueError, match="checkpoint"):
-        ckpt.write_model_record(model_path, [], "train")
-
-
-def test_a_model_saved_without_a_record_says_so(tmp_path):
-    assert ckpt.read_model_record(tmp_path / "model.keras") is None
-    text = ckpt.describe_model_weights(tmp_path / "model.keras")
-    assert text.startswith(f"{tmp_path / 'model.keras'} (no model.keras.json: saved before")
-
-
 def test_checkpoints_to_average_bounds_the_span():
     def paths(*steps):
         return [f"/run/checkpoints/ckpt-{s:08d}.weights.h5" for s in steps]
