@@ -95,7 +95,8 @@ def _translate_lines(*args, **kwargs):
 
 def _read_pairs(args: argparse.Namespace):
     """The :class:`~keras_transformer.data.sources.Corpus` the data flags name (train, validation, test)."""
-    from keras_transformer.data.sources import Corpus, load_corpus, read_parallel_files, read_tsv_pairs
+    from keras_transformer.data.corpus import Corpus, load_corpus
+    from keras_transformer.data.parallel_text import read_parallel_files, read_tsv_pairs
 
     data_dir = args.data_dir or _env_data_dir()
     files = getattr(args, "train_source", None) or getattr(args, "train_target", None)
@@ -116,7 +117,7 @@ def _read_pairs(args: argparse.Namespace):
             val = read_parallel_files(args.valid_source, args.valid_target, on_error=args.on_error)
         corpus = Corpus("files", train, val, None, "test", source_lang, target_lang)
     elif getattr(args, "tfds", None):
-        from keras_transformer.data.sources import load_tfds_translation
+        from keras_transformer.data.tfds import load_tfds_translation
 
         print(f"reading TFDS {args.tfds} (source {source_lang or 'default'})", flush=True)
         load = lambda split: load_tfds_translation(  # noqa: E731
@@ -288,7 +289,7 @@ def _train(args: argparse.Namespace):
     max_length = args.max_length if args.max_length is not None else preset_max_length
     prepared_data = None
     if prepared:
-        from keras_transformer.data.sources import Corpus
+        from keras_transformer.data.corpus import Corpus
 
         if args.early_stopping_patience:
             raise CliError("--early-stopping-patience needs the validation text, which --prepared-dir (token ids) "
@@ -619,7 +620,7 @@ def _load_trained(model_dir: str):
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from keras_transformer.data.sources import read_parallel_files
+    from keras_transformer.data.parallel_text import read_parallel_files
     from keras_transformer.decoding.load import open_translator
     from keras_transformer.evaluation import bleu_metric, score_corpus
 

@@ -1,7 +1,7 @@
 """Data: shared SentencePiece vocabulary, parallel text sources, tf.data pipelines.
 
 Text flows one way (Section 5.1 of "Attention Is All You Need"): parallel text
-(:mod:`~keras_transformer.data.sources`) -> shared subword ids
+(:mod:`~keras_transformer.data.parallel_text`) -> shared subword ids
 (:mod:`~keras_transformer.data.tokenizer`, Section 3.4) -> length-bucketed token
 batches, either in memory (:mod:`~keras_transformer.data.pipeline`, corpora of
 Multi30k's size) or prepared once into id shards on disk and streamed
@@ -33,17 +33,22 @@ _EXPORTS = {
     "open_prepared": "prepare",
     "prepare_corpus": "prepare",
     "make_streaming_batches": "streaming",
-    "ParallelText": "sources",
-    "ReadReport": "sources",
-    "default_data_dir": "sources",
-    "iter_parallel_files": "sources",
-    "iter_tfds_pairs": "sources",
-    "iter_tsv_pairs": "sources",
-    "load_multi30k": "sources",
-    "load_tfds_translation": "sources",
-    "multi30k_files": "sources",
-    "read_parallel_files": "sources",
-    "read_tsv_pairs": "sources",
+    "ParallelText": "parallel_text",
+    "ReadReport": "parallel_text",
+    "iter_parallel_files": "parallel_text",
+    "iter_tsv_pairs": "parallel_text",
+    "read_parallel_files": "parallel_text",
+    "read_tsv_pairs": "parallel_text",
+    "default_data_dir": "folders",
+    "load_multi30k": "multi30k",
+    "multi30k_files": "multi30k",
+    "disjoint_split": "tatoeba",
+    "load_tatoeba": "tatoeba",
+    "iter_tfds_pairs": "tfds",
+    "load_tfds_translation": "tfds",
+    "Corpus": "corpus",
+    "DATASETS": "corpus",
+    "load_corpus": "corpus",
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
     "PAD_ID": "tokenizer",

@@ -12,7 +12,7 @@ every worker. :func:`prepare_corpus` does it once:
 2. **Tokenization** in parallel worker processes (``processes``, default:
    the CPU cores): chunks of ``chunk_pairs`` pairs are streamed from the
    source (plain or gzip text files, a TSV file, a TFDS dataset; the readers
-   of :mod:`keras_transformer.data.sources`), tokenized, given EOS and put
+   of :mod:`keras_transformer.data.parallel_text` and :mod:`keras_transformer.data.tfds`), tokenized, given EOS and put
    through the ``max_length`` policy with exact counts (the
    :class:`~keras_transformer.data.pipeline.LengthReport` contract of
    ``prepare_pairs``: nothing is dropped or truncated unreported).
@@ -64,7 +64,9 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.data import sources as _sources
+from keras_transformer.data.multi30k import multi30k_files
+from keras_transformer.data.parallel_text import ReadReport, iter_parallel_files, iter_tsv_pairs
+from keras_transformer.data.tfds import iter_tfds_pairs, tfds_translation_builder
 
 __all__ = [
     "FORMAT",
@@ -136,7 +138,7 @@ class CorpusSource:
         data_dir: TFDS data directory.
         max_pairs: read only the first this many pairs (``None``: all).
         on_error: ``"raise"`` or ``"skip"`` for bad lines (see
-            :mod:`keras_transformer.data.sources`).
+            :mod:`keras_transformer.data.parallel_text`).
     """
 
     kind: str
@@ -177,8 +179,8 @@ class CorpusSource:
     def multi30k(cls, split: str = "train", data_dir: str | os.PathLike | None = None, source_lang: str = "en",
                  target_lang: str = "de", download: bool = True, cache_dir: str | os.PathLike | None = None,
                  on_error: str = "raise", max_pairs: int | None = None) -> "CorpusSource":
-        """The two files of a Multi30k split (found or downloaded by :func:`~keras_transformer.data.sources.multi30k_files`)."""
-        source, target = _sources.multi30k_files(split, data_dir, source_lang, target_lang, download, cache_dir)
+        """The two files of a Multi30k split (found or downloaded by :func:`~keras_transformer.data.multi30k.multi30k_files`)."""
+        source, target = multi30k_files(split, data_dir, source_lang, target_lang, download, cache_dir)
         return cls.files(source, target, on_error=on_error, max_pairs=max_pairs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,8 +199,7 @@ class CorpusSource:
         return " | ".join(self.paths)
 
     def _tfds_builder(self):
-        return _sources.tfds_translation_builder(self.name, self.source_lang, self.target_lang, self.data_dir,
-                                                 download=True)
+        return tfds_translation_builder(self.name, self.source_lang, self.target_lang, self.data_dir, download=True)
 
     def fingerprint(self) -> dict[str, Any]:
         """The identity of the content and of how it is read (what decides whether prepared data is still valid).
@@ -227,22 +228,23 @@ class CorpusSource:
                         files={f: os.path.getsize(os.path.join(directory, f)) for f in files})
         raise ValueError(f"unknown corpus source kind {self.kind!r}")
 
-    def pairs(self, report: _sources.ReadReport) -> Iterator[tuple[str, str]]:
+    def pairs(self, report: ReadReport) -> Iterator[tuple[str, str]]:
         """Streams the ``(source, target)`` pairs, updating ``report``.
 
         Raises:
             FileNotFoundError, ValueError, RuntimeError: as the readers of
-            :mod:`keras_transformer.data.sources`.
+            :mod:`keras_transformer.data.parallel_text` and
+            :mod:`keras_transformer.data.tfds`.
         """
         if self.kind == "files":
-            return _sources.iter_parallel_files(self.paths[0], self.paths[1], report, self.on_error, self.max_pairs)
+            return iter_parallel_files(self.paths[0], self.paths[1], report, self.on_error, self.max_pairs)
         if self.kind == "tsv":
-            return _sources.iter_tsv_pairs(self.paths[0], report, self.source_column, self.target_column,
-                                           self.on_error, self.delimiter, self.max_pairs)
+            return iter_tsv_pairs(self.paths[0], report, self.source_column, self.target_column, self.on_error,
+                                  self.delimiter, self.max_pairs)
         if self.kind == "tfds":
             builder, source_lang, target_lang = self._tfds_builder()
-            return _sources.iter_tfds_pairs(builder, self.split, source_lang, target_lang, report, self.on_error,
-                                            self.max_pairs)
+            return iter_tfds_pairs(builder, self.split, source_lang, target_lang, report, self.on_error,
+                                   self.max_pairs)
         raise ValueError(f"unknown corpus source kind {self.kind!r}")
 
 
@@ -315,11 +317,11 @@ class PreparedCorpus:
 
         return LengthReport(**self.split(split)["lengths"])
 
-    def read_report(self, split: str = "train") -> _sources.ReadReport:
-        """The :class:`~keras_transformer.data.sources.ReadReport` of ``split``'s reading."""
+    def read_report(self, split: str = "train") -> ReadReport:
+        """The :class:`~keras_transformer.data.parallel_text.ReadReport` of ``split``'s reading."""
         record = dict(self.split(split)["read"])
         record.pop("skipped", None)
-        return _sources.ReadReport(**record)
+        return ReadReport(**record)
 
     def source(self, split: str = "train") -> CorpusSource:
         """The :class:`CorpusSource` ``split`` was prepared from."""
@@ -557,7 +559,7 @@ def _reservoir_pairs(source: CorpusSource, size: int, seed: int) -> list[str]:
     """A uniform seeded sample of at most ``size`` sentences of both sides (SentencePiece's ``input_sentence_size``)."""
     from keras_transformer.data.tokenizer import _sample_sentences
 
-    report = _sources.ReadReport(source=source.describe())
+    report = ReadReport(source=source.describe())
     sentences = (sentence for pair in source.pairs(report) for sentence in pair)
     return _sample_sentences(sentences, size, seed)
 
@@ -578,7 +580,7 @@ def _write_split(directory: str, split: str, source: CorpusSource, model_bytes: 
 
     from keras_transformer.data import _tokenize
 
-    report = _sources.ReadReport(source=source.describe())
+    report = ReadReport(source=source.describe())
     names = [_shard_name(split, i, num_shards) for i in range(num_shards)]
     writers = [tf.io.TFRecordWriter(os.path.join(directory, name)) for name in names]
     shards = [dict(file=name, pairs=0, source_tokens=0, target_tokens=0,
