@@ -164,7 +164,7 @@ def _data_flags_given(args: argparse.Namespace) -> bool:
 
 def _corpus_sources(args: argparse.Namespace):
     """(train, valid or None) :class:`~keras_transformer.data.prepare.CorpusSource` of the data flags."""
-    from keras_transformer.data.prepare import CorpusSource
+    from keras_transformer.data.corpus_source import CorpusSource
 
     limit_train, limit_test = args.limit_train or None, args.limit_test or None
     if getattr(args, "train_source", None) or getattr(args, "train_target", None):
@@ -202,7 +202,8 @@ def _in_cluster() -> bool:
 
 def _prepared_corpus(args: argparse.Namespace, max_length: int, vocabulary: pathlib.Path | None):
     """The prepared folder of ``train --prepared-dir``: reused, prepared, or prepared again (see README)."""
-    from keras_transformer.data.prepare import MANIFEST_NAME, open_prepared, prepare_corpus
+    from keras_transformer.data.prepare import prepare_corpus
+    from keras_transformer.data.prepared import MANIFEST_NAME, open_prepared
 
     folder = pathlib.Path(args.prepared_dir)
     has_manifest = (folder / MANIFEST_NAME).is_file()
