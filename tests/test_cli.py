@@ -198,9 +198,9 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
 
 
 def test_tfds_without_network_says_how_to_use_local_files(tmp_path, capsys, monkeypatch):
-    import keras_transformer.data.sources as sources
+    import keras_transformer.data.tfds as data_tfds
 
-    monkeypatch.setattr(sources, "_network_available", lambda *a, **k: False)
+    monkeypatch.setattr(data_tfds, "_network_available", lambda *a, **k: False)
     status = main(
         ["train", "--model-dir", str(tmp_path / "m"), "--tfds", "wmt14_translate/de-en",
          "--tfds-data-dir", str(tmp_path / "tfds")]
@@ -717,7 +717,7 @@ def test_run_spanish_english_on_a_slice_and_validation_bleu_equals_evaluate(tmp_
     """`run --dataset tatoeba_spa_eng` trains es->en on a slice, scores validation BLEU each epoch and the test set;
     `evaluate` of the saved model on the same validation sentences gives the callback's score and translations.
     (Both run in this process, `run` in float32; `test_run_end_to_end_on_a_slice` loads a run in fresh processes.)"""
-    from keras_transformer.data.sources import load_tatoeba
+    from keras_transformer.data.tatoeba import load_tatoeba
 
     out = tmp_path / "run"
     monkeypatch.setenv("KERAS_TRANSFORMER_DATA", str(data_root))

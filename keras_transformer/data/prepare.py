@@ -11,9 +11,9 @@ every worker. :func:`prepare_corpus` does it once:
    corpus is never held in memory).
 2. **Tokenization** in parallel worker processes (``processes``, default:
    the CPU cores): chunks of ``chunk_pairs`` pairs are streamed from the
-   source (plain or gzip text files, a TSV file, a TFDS dataset; the readers
-   of :mod:`keras_transformer.data.sources`), tokenized, given EOS and put
-   through the ``max_length`` policy with exact counts (the
+   source (plain or gzip text files, a TSV file, a TFDS dataset: a
+   :class:`~keras_transformer.data.corpus_source.CorpusSource`), tokenized,
+   given EOS and put through the ``max_length`` policy with exact counts (the
    :class:`~keras_transformer.data.pipeline.LengthReport` contract of
    ``prepare_pairs``: nothing is dropped or truncated unreported).
 3. **Shards**: chunk ``c`` goes to shard ``c mod num_shards`` (so every
@@ -25,24 +25,19 @@ every worker. :func:`prepare_corpus` does it once:
    tokens, bytes, sha256 and the histogram of pair lengths (from which the
    streaming pipeline counts its batches exactly), the vocabulary's sha256
    and how it was trained, the length policy and ``max_length`` with the
-   exact report, and the sources with their fingerprints.
-
-Fingerprints of the sources: a text file is identified by its size and the
-sha256 of its bytes (as stored, so a ``.gz`` file is hashed compressed;
-about 1-2 s per GB). A TFDS dataset by its name, version, split, language
-keys, the sha256 of its ``dataset_info.json`` (which lists every shard's
-length and size) and the size of each of its files: TFDS versions are
-immutable and a re-generated dataset gets a new ``dataset_info.json``, so
-the files are not hashed (WMT14 is ~1.5 GB).
+   exact report, and the sources with their fingerprints
+   (:mod:`~keras_transformer.data.corpus_source`). The folder is read back
+   by :func:`~keras_transformer.data.prepared.open_prepared`.
 
 Called again with the same sources and settings, :func:`prepare_corpus`
 returns the prepared folder at once (what ``train --prepared-dir`` does at
 every start); it re-prepares when a source's content, the vocabulary (or
 how to train it), ``max_length``, the length policy or the number of shards
-changed, and says which. It stops with a :class:`PreparedDataError` naming
-the file when a shard is missing or has another size than the manifest
-says, when the manifest is unreadable or of another format, or when the
-folder is not a prepared folder at all. Work happens in a sibling temporary
+changed, and says which. It stops with a
+:class:`~keras_transformer.data.prepared.PreparedDataError` naming the file
+when a shard is missing or has another size than the manifest says, when
+the manifest is unreadable or of another format, or when the folder is not
+a prepared folder at all. Work happens in a sibling temporary
 folder that replaces the old one only when complete, so a killed
 preparation leaves the previous folder as it was.
 """
@@ -50,7 +45,6 @@ preparation leaves the previous folder as it was.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -64,24 +58,21 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.data import sources as _sources
+from keras_transformer.data.corpus_source import CorpusSource, file_fingerprint
+from keras_transformer.data.parallel_text import ReadReport
+from keras_transformer.data.prepared import (
+    FORMAT,
+    MANIFEST_NAME,
+    PreparedCorpus,
+    PreparedDataError,
+    _read_manifest,
+    open_prepared,
+)
 
-__all__ = [
-    "FORMAT",
-    "MANIFEST_NAME",
-    "CorpusSource",
-    "PreparedCorpus",
-    "PreparedDataError",
-    "open_prepared",
-    "prepare_corpus",
-    "file_fingerprint",
-]
+__all__ = ["prepare_corpus"]
 
 logger = logging.getLogger(__name__)
 
-#: Format of the prepared folder (manifest and records); another value is refused.
-FORMAT = "keras_transformer.prepared/1"
-MANIFEST_NAME = "manifest.json"
 RECORD_FORMAT = "TFRecord; one record per pair: int32 little-endian [S, source ids (S, EOS last), target ids (EOS last)]"
 VOCABULARY_NAME = "spm"
 DEFAULT_VOCAB_SIZE = 8000
@@ -89,423 +80,8 @@ DEFAULT_NUM_SHARDS = 32
 DEFAULT_VOCAB_SAMPLE_SIZE = 1_000_000
 
 
-class PreparedDataError(ValueError):
-    """A prepared folder that cannot be used as it is: the message names the file and what is wrong."""
-
-
-def file_fingerprint(path: str | os.PathLike, block_size: int = 1 << 20) -> dict[str, Any]:
-    """Size and sha256 of a file's bytes (as stored: a ``.gz`` file is hashed compressed).
-
-    Args:
-        path: the file.
-        block_size: bytes read at a time.
-
-    Returns:
-        ``{"size": int, "sha256": str}``.
-
-    Raises:
-        FileNotFoundError: naming a missing file.
-    """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"parallel data file not found: {path}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(block_size), b""):
-            digest.update(block)
-    return {"size": os.path.getsize(path), "sha256": digest.hexdigest()}
-
-
-@dataclasses.dataclass(frozen=True)
-class CorpusSource:
-    """Where a split's sentence pairs come from, and how to read them.
-
-    Build it with :meth:`files`, :meth:`tsv`, :meth:`tfds` or
-    :meth:`multi30k`.
-
-    Attributes:
-        kind: ``"files"`` (two aligned text files), ``"tsv"`` or ``"tfds"``.
-        paths: ``(source, target)`` files, or ``(tsv,)``; absolute.
-        source_column: TSV column of the source.
-        target_column: TSV column of the target.
-        delimiter: TSV field separator.
-        name: TFDS dataset name with config, e.g. ``"wmt14_translate/de-en"``.
-        split: TFDS split.
-        source_lang: TFDS source feature key (``None``: TFDS's default order).
-        target_lang: TFDS target feature key.
-        data_dir: TFDS data directory.
-        max_pairs: read only the first this many pairs (``None``: all).
-        on_error: ``"raise"`` or ``"skip"`` for bad lines (see
-            :mod:`keras_transformer.data.sources`).
-    """
-
-    kind: str
-    paths: tuple[str, ...] = ()
-    source_column: int = 0
-    target_column: int = 1
-    delimiter: str = "\t"
-    name: str | None = None
-    split: str | None = None
-    source_lang: str | None = None
-    target_lang: str | None = None
-    data_dir: str | None = None
-    max_pairs: int | None = None
-    on_error: str = "raise"
-
-    @classmethod
-    def files(cls, source: str | os.PathLike, target: str | os.PathLike, on_error: str = "raise",
-              max_pairs: int | None = None) -> "CorpusSource":
-        """Two line-aligned UTF-8 files (plain or ``.gz``)."""
-        return cls("files", (os.path.abspath(source), os.path.abspath(target)), on_error=on_error, max_pairs=max_pairs)
-
-    @classmethod
-    def tsv(cls, path: str | os.PathLike, source_column: int = 0, target_column: int = 1, delimiter: str = "\t",
-            on_error: str = "raise", max_pairs: int | None = None) -> "CorpusSource":
-        """A delimited file of pairs (e.g. Tatoeba ``spa.txt``)."""
-        return cls("tsv", (os.path.abspath(path),), source_column=source_column, target_column=target_column,
-                   delimiter=delimiter, on_error=on_error, max_pairs=max_pairs)
-
-    @classmethod
-    def tfds(cls, name: str, split: str = "train", source_lang: str | None = None, target_lang: str | None = None,
-             data_dir: str | os.PathLike | None = None, on_error: str = "raise",
-             max_pairs: int | None = None) -> "CorpusSource":
-        """A prepared TFDS translation dataset (e.g. ``wmt14_translate/de-en``)."""
-        return cls("tfds", name=name, split=split, source_lang=source_lang, target_lang=target_lang,
-                   data_dir=os.path.abspath(data_dir) if data_dir else None, on_error=on_error, max_pairs=max_pairs)
-
-    @classmethod
-    def multi30k(cls, split: str = "train", data_dir: str | os.PathLike | None = None, source_lang: str = "en",
-                 target_lang: str = "de", download: bool = True, cache_dir: str | os.PathLike | None = None,
-                 on_error: str = "raise", max_pairs: int | None = None) -> "CorpusSource":
-        """The two files of a Multi30k split (found or downloaded by :func:`~keras_transformer.data.sources.multi30k_files`)."""
-        source, target = _sources.multi30k_files(split, data_dir, source_lang, target_lang, download, cache_dir)
-        return cls.files(source, target, on_error=on_error, max_pairs=max_pairs)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serializable dict (:meth:`from_dict` inverts it)."""
-        return dict(dataclasses.asdict(self), paths=list(self.paths))
-
-    @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> "CorpusSource":
-        """The source recorded by :meth:`to_dict`."""
-        return cls(**dict(record, paths=tuple(record.get("paths", ()))))
-
-    def describe(self) -> str:
-        """One line for logs, e.g. ``"train.en | train.de"``."""
-        if self.kind == "tfds":
-            return f"tfds:{self.name}[{self.split}]"
-        return " | ".join(self.paths)
-
-    def _tfds_builder(self):
-        return _sources.tfds_translation_builder(self.name, self.source_lang, self.target_lang, self.data_dir,
-                                                 download=True)
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The identity of the content and of how it is read (what decides whether prepared data is still valid).
-
-        Paths are not part of it: moving a corpus keeps its prepared data.
-
-        Returns:
-            A JSON-serializable dict (see the module docstring).
-
-        Raises:
-            FileNotFoundError: naming a missing file.
-        """
-        how = {"kind": self.kind, "max_pairs": self.max_pairs, "on_error": self.on_error}
-        if self.kind == "files":
-            return dict(how, content=[file_fingerprint(p) for p in self.paths])
-        if self.kind == "tsv":
-            return dict(how, columns=[self.source_column, self.target_column], delimiter=self.delimiter,
-                        content=[file_fingerprint(p) for p in self.paths])
-        if self.kind == "tfds":
-            builder, source_lang, target_lang = self._tfds_builder()
-            directory = os.fspath(builder.data_dir)
-            info = os.path.join(directory, "dataset_info.json")
-            files = sorted(f for f in os.listdir(directory) if f != "dataset_info.json")
-            return dict(how, name=self.name, version=str(builder.info.version), split=self.split,
-                        languages=[source_lang, target_lang], dataset_info=file_fingerprint(info),
-                        files={f: os.path.getsize(os.path.join(directory, f)) for f in files})
-        raise ValueError(f"unknown corpus source kind {self.kind!r}")
-
-    def pairs(self, report: _sources.ReadReport) -> Iterator[tuple[str, str]]:
-        """Streams the ``(source, target)`` pairs, updating ``report``.
-
-        Raises:
-            FileNotFoundError, ValueError, RuntimeError: as the readers of
-            :mod:`keras_transformer.data.sources`.
-        """
-        if self.kind == "files":
-            return _sources.iter_parallel_files(self.paths[0], self.paths[1], report, self.on_error, self.max_pairs)
-        if self.kind == "tsv":
-            return _sources.iter_tsv_pairs(self.paths[0], report, self.source_column, self.target_column,
-                                           self.on_error, self.delimiter, self.max_pairs)
-        if self.kind == "tfds":
-            builder, source_lang, target_lang = self._tfds_builder()
-            return _sources.iter_tfds_pairs(builder, self.split, source_lang, target_lang, report, self.on_error,
-                                            self.max_pairs)
-        raise ValueError(f"unknown corpus source kind {self.kind!r}")
-
-
 def _shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
-
-
-class PreparedCorpus:
-    """A prepared folder: the manifest, the vocabulary and the shards of each split.
-
-    Open it with :func:`open_prepared` (or get it from :func:`prepare_corpus`).
-
-    Args:
-        directory: the prepared folder.
-        manifest: its parsed ``manifest.json``.
-    """
-
-    def __init__(self, directory: str | os.PathLike, manifest: dict[str, Any]):
-        self.directory = os.path.abspath(directory)
-        self.manifest = manifest
-
-    # -- what is in it -----------------------------------------------------------------
-    @property
-    def vocabulary_path(self) -> str:
-        """Path of the shared SentencePiece model (``spm.model``)."""
-        return os.path.join(self.directory, self.manifest["vocabulary"]["file"])
-
-    @property
-    def vocab_sha256(self) -> str:
-        """sha256 of the vocabulary the ids were made with."""
-        return self.manifest["vocabulary"]["sha256"]
-
-    @property
-    def max_length(self) -> int:
-        """The ``max_length`` the pairs were cut or dropped at (tokens, EOS included)."""
-        return int(self.manifest["max_length"])
-
-    @property
-    def length_policy(self) -> str:
-        """``"drop"`` or ``"truncate"``."""
-        return self.manifest["length_policy"]
-
-    @property
-    def splits(self) -> list[str]:
-        """The prepared splits, e.g. ``["train", "valid"]``."""
-        return list(self.manifest["splits"])
-
-    def split(self, name: str) -> dict[str, Any]:
-        """The manifest entry of split ``name``.
-
-        Raises:
-            KeyError: naming the split and the ones there are.
-        """
-        try:
-            return self.manifest["splits"][name]
-        except KeyError:
-            raise KeyError(f"{self.directory} has no split {name!r} (it has {self.splits})") from None
-
-    def files(self, split: str = "train") -> list[str]:
-        """The shard paths of ``split``, in shard order."""
-        return [os.path.join(self.directory, shard["file"]) for shard in self.split(split)["shards"]]
-
-    def num_pairs(self, split: str = "train") -> int:
-        """Kept pairs of ``split`` (over all shards)."""
-        return sum(int(shard["pairs"]) for shard in self.split(split)["shards"])
-
-    def length_report(self, split: str = "train"):
-        """The exact :class:`~keras_transformer.data.pipeline.LengthReport` of ``split``'s preparation."""
-        from keras_transformer.data.pipeline import LengthReport
-
-        return LengthReport(**self.split(split)["lengths"])
-
-    def read_report(self, split: str = "train") -> _sources.ReadReport:
-        """The :class:`~keras_transformer.data.sources.ReadReport` of ``split``'s reading."""
-        record = dict(self.split(split)["read"])
-        record.pop("skipped", None)
-        return _sources.ReadReport(**record)
-
-    def source(self, split: str = "train") -> CorpusSource:
-        """The :class:`CorpusSource` ``split`` was prepared from."""
-        return CorpusSource.from_dict(self.split(split)["source"])
-
-    # -- checks ------------------------------------------------------------------------
-    def verify(self, level: str = "size") -> None:
-        """Checks the shards against the manifest.
-
-        Args:
-            level: ``"size"`` (every shard exists with the manifest's size:
-                catches missing and truncated files at the cost of a
-                ``stat``), ``"sha256"`` (also hashes every shard), or
-                ``"records"`` (sizes, then reads every record of every
-                shard, which checks TFRecord's CRC-32C and the pair count).
-
-        Raises:
-            PreparedDataError: naming the first bad file and what is wrong.
-            ValueError: for an unknown ``level``.
-        """
-        if level not in ("size", "sha256", "records"):
-            raise ValueError(f"level must be 'size', 'sha256' or 'records', got {level!r}")
-        for split in self.splits:
-            for shard in self.split(split)["shards"]:
-                path = os.path.join(self.directory, shard["file"])
-                if not os.path.isfile(path):
-                    raise PreparedDataError(f"prepared shard missing: {path} (listed in {self.manifest_path})")
-                size = os.path.getsize(path)
-                if size != int(shard["bytes"]):
-                    raise PreparedDataError(
-                        f"prepared shard damaged: {path} has {size} bytes, {self.manifest_path} says "
-                        f"{shard['bytes']} ({'truncated' if size < int(shard['bytes']) else 'grown'}); "
-                        "prepare the folder again (delete it, or prepare with force=True / --force)"
-                    )
-                if level == "sha256" and file_fingerprint(path)["sha256"] != shard["sha256"]:
-                    raise PreparedDataError(
-                        f"prepared shard damaged: {path} does not have the sha256 {self.manifest_path} records; "
-                        "prepare the folder again"
-                    )
-                if level == "records":
-                    self.check_records(path, int(shard["pairs"]))
-
-    def check_records(self, path: str, pairs: int | None = None) -> None:
-        """Reads every record of one shard: TFRecord's CRC-32C, the record layout and the pair count.
-
-        Args:
-            path: a shard file.
-            pairs: the expected number of records (``None``: not checked).
-
-        Raises:
-            PreparedDataError: naming ``path`` and the first problem.
-        """
-        import tensorflow as tf
-
-        count = 0
-        try:
-            for record in tf.data.TFRecordDataset(path).batch(4096):
-                count += int(tf.size(record))
-        except tf.errors.DataLossError as error:
-            raise PreparedDataError(
-                f"prepared shard damaged: {path}: {error.message.split('[Op:')[0].strip()} after {count} good "
-                "records (TFRecord checksum); prepare the folder again"
-            ) from None
-        if pairs is not None and count != pairs:
-            raise PreparedDataError(
-                f"prepared shard {path} holds {count} records, {self.manifest_path} says {pairs}; prepare the "
-                "folder again"
-            )
-
-    def find_damaged_shard(self, split: str = "train") -> None:
-        """After a ``DataLossError`` while streaming: reads ``split``'s shards one by one and names the bad one.
-
-        Raises:
-            PreparedDataError: naming the first damaged shard (nothing is
-                raised when every shard reads back whole).
-        """
-        for shard in self.split(split)["shards"]:
-            self.check_records(os.path.join(self.directory, shard["file"]), int(shard["pairs"]))
-
-    @property
-    def manifest_path(self) -> str:
-        """Path of ``manifest.json``."""
-        return os.path.join(self.directory, MANIFEST_NAME)
-
-    # -- reading -----------------------------------------------------------------------
-    def read_pairs(self, split: str = "valid"):
-        """All pairs of ``split`` in memory, in shard order (for a small validation split, one shard: corpus order).
-
-        Returns:
-            :class:`~keras_transformer.data.pipeline.PreparedPairs` (ragged
-            ``int32`` ids, pieces + EOS) with the split's
-            :class:`~keras_transformer.data.pipeline.LengthReport`.
-
-        Raises:
-            PreparedDataError: for a damaged shard (named).
-        """
-        import tensorflow as tf
-
-        from keras_transformer.data.pipeline import PreparedPairs
-        from keras_transformer.data.streaming import decode_record
-
-        source_rows, target_rows = [], []
-        try:
-            dataset = tf.data.TFRecordDataset(self.files(split)).map(decode_record).batch(1)
-            for source, target in dataset.unbatch().as_numpy_iterator():
-                source_rows.append(source)
-                target_rows.append(target)
-        except tf.errors.DataLossError:
-            self.find_damaged_shard(split)
-            raise
-
-        def ragged(rows):
-            lengths = np.array([len(r) for r in rows], np.int64)
-            values = np.concatenate(rows).astype(np.int32) if rows else np.zeros([0], np.int32)
-            return tf.RaggedTensor.from_row_lengths(tf.constant(values), tf.constant(lengths))
-
-        return PreparedPairs(ragged(source_rows), ragged(target_rows), self.length_report(split))
-
-    def epoch_batches(self, **kwargs):
-        """:func:`keras_transformer.data.streaming.make_streaming_batches` over this folder (same arguments)."""
-        from keras_transformer.data.streaming import make_streaming_batches
-
-        return make_streaming_batches(self, **kwargs)
-
-    def summary(self, split: str = "train") -> str:
-        """One line for logs: pairs, shards, tokens and the length report."""
-        entry = self.split(split)
-        tokens = sum(int(s["source_tokens"]) + int(s["target_tokens"]) for s in entry["shards"])
-        return (f"{self.num_pairs(split)} pairs in {len(entry['shards'])} shard(s) ({tokens} tokens); "
-                f"{self.length_report(split).summary()}")
-
-
-def _read_manifest(directory: str) -> dict[str, Any]:
-    path = os.path.join(directory, MANIFEST_NAME)
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except json.JSONDecodeError as error:
-        raise PreparedDataError(f"{path} is not valid JSON ({error}); prepare the folder again") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise PreparedDataError(f"{path} has format {found!r}, this version reads {FORMAT!r}; prepare the folder again")
-    for key in ("vocabulary", "splits", "max_length", "length_policy"):
-        if key not in manifest:
-            raise PreparedDataError(f"{path} has no {key!r} entry; prepare the folder again")
-    for name, entry in manifest["splits"].items():
-        shards = entry.get("shards")
-        if not shards or any(not {"file", "pairs", "bytes", "longest_histogram"} <= set(s) for s in shards):
-            raise PreparedDataError(f"{path}: split {name!r} lists no shards or incomplete shard entries")
-        if len(shards) != entry.get("num_shards"):
-            raise PreparedDataError(f"{path}: split {name!r} lists {len(shards)} shards but num_shards is "
-                                    f"{entry.get('num_shards')}")
-    return manifest
-
-
-def open_prepared(directory: str | os.PathLike, verify: str = "size") -> PreparedCorpus:
-    """Opens a prepared folder and checks its shards.
-
-    Args:
-        directory: a folder written by :func:`prepare_corpus`.
-        verify: :meth:`PreparedCorpus.verify`'s ``level``.
-
-    Returns:
-        The :class:`PreparedCorpus`.
-
-    Raises:
-        PreparedDataError: naming the manifest or shard at fault (missing,
-            unreadable, another format, a shard of the wrong size, ...).
-    """
-    directory = os.path.abspath(directory)
-    if not os.path.isfile(os.path.join(directory, MANIFEST_NAME)):
-        raise PreparedDataError(f"{directory} is not a prepared folder: {os.path.join(directory, MANIFEST_NAME)} "
-                                "is missing")
-    corpus = PreparedCorpus(directory, _read_manifest(directory))
-    vocabulary = corpus.vocabulary_path
-    if not os.path.isfile(vocabulary):
-        raise PreparedDataError(f"prepared vocabulary missing: {vocabulary} (listed in {corpus.manifest_path})")
-    with open(vocabulary, "rb") as f:
-        if hashlib.sha256(f.read()).hexdigest() != corpus.vocab_sha256:
-            raise PreparedDataError(f"{vocabulary} is not the vocabulary {corpus.manifest_path} records (sha256 "
-                                    "differs); prepare the folder again")
-    corpus.verify(verify)
-    return corpus
-
-
-# ------------------------------------------------------------------------------ preparing
 
 
 def _vocab_request(vocab_size, vocab_sample_size, vocab_seed, model_type, train_key) -> dict[str, Any]:
@@ -557,7 +133,7 @@ def _reservoir_pairs(source: CorpusSource, size: int, seed: int) -> list[str]:
     """A uniform seeded sample of at most ``size`` sentences of both sides (SentencePiece's ``input_sentence_size``)."""
     from keras_transformer.data.tokenizer import _sample_sentences
 
-    report = _sources.ReadReport(source=source.describe())
+    report = ReadReport(source=source.describe())
     sentences = (sentence for pair in source.pairs(report) for sentence in pair)
     return _sample_sentences(sentences, size, seed)
 
@@ -578,7 +154,7 @@ def _write_split(directory: str, split: str, source: CorpusSource, model_bytes: 
 
     from keras_transformer.data import _tokenize
 
-    report = _sources.ReadReport(source=source.describe())
+    report = ReadReport(source=source.describe())
     names = [_shard_name(split, i, num_shards) for i in range(num_shards)]
     writers = [tf.io.TFRecordWriter(os.path.join(directory, name)) for name in names]
     shards = [dict(file=name, pairs=0, source_tokens=0, target_tokens=0,
@@ -713,7 +289,7 @@ def prepare_corpus(
         log: where progress lines go (default: this module's logger).
 
     Returns:
-        The :class:`PreparedCorpus`.
+        The :class:`~keras_transformer.data.prepared.PreparedCorpus`.
 
     Raises:
         PreparedDataError: when ``directory`` exists but is not a prepared

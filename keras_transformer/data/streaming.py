@@ -80,7 +80,7 @@ class ShardedEpochBatches(EpochBatches):
     Build it with :func:`make_streaming_batches`.
 
     Args:
-        corpus: the :class:`~keras_transformer.data.prepare.PreparedCorpus`.
+        corpus: the :class:`~keras_transformer.data.prepared.PreparedCorpus`.
         split: the split to read.
         batching: the per-replica :class:`~keras_transformer.data.pipeline.Batching`.
         layout: workers and local replicas.
@@ -202,7 +202,7 @@ class ShardedEpochBatches(EpochBatches):
         """Names the damaged shard after a ``DataLossError`` (reads this split's shards one by one).
 
         Raises:
-            keras_transformer.data.prepare.PreparedDataError: naming it.
+            keras_transformer.data.prepared.PreparedDataError: naming it.
         """
         self.corpus.find_damaged_shard(self.split_name)
 
@@ -225,7 +225,7 @@ def make_streaming_batches(
     """Every epoch's token batches streamed from a prepared folder, for :func:`~keras_transformer.training.trainer.fit`.
 
     Args:
-        corpus: a :class:`~keras_transformer.data.prepare.PreparedCorpus` (or
+        corpus: a :class:`~keras_transformer.data.prepared.PreparedCorpus` (or
             its folder's path).
         batch_tokens: tokens per global batch and side, padding included
             (``TransformerConfig.batch_tokens``); each replica's batches get
@@ -250,10 +250,10 @@ def make_streaming_batches(
     Raises:
         ValueError: for bad batching settings (as ``make_dataset``), fewer
             shards than workers, or an empty split.
-        keras_transformer.data.prepare.PreparedDataError: for a damaged
+        keras_transformer.data.prepared.PreparedDataError: for a damaged
             folder (when given a path).
     """
-    from keras_transformer.data.prepare import PreparedCorpus, open_prepared
+    from keras_transformer.data.prepared import PreparedCorpus, open_prepared
 
     if not isinstance(corpus, PreparedCorpus):
         corpus = open_prepared(corpus)

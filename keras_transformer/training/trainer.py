@@ -598,7 +598,7 @@ def fit(
         The Keras ``History`` (merged over the partial and the full epochs).
 
     Raises:
-        keras_transformer.data.prepare.PreparedDataError: when reading a
+        keras_transformer.data.prepared.PreparedDataError: when reading a
             prepared shard fails its checksum (the shard is named).
     """
     from keras_transformer.data.epochs import EpochBatches

@@ -579,7 +579,7 @@ def make_validation(
     """The validation callbacks of a run's :class:`~keras_transformer.settings.ValidationSettings`, for ``fit``.
 
     Args:
-        valid: the validation pairs (a :class:`~keras_transformer.data.sources.ParallelText`), or None.
+        valid: the validation pairs (a :class:`~keras_transformer.data.parallel_text.ParallelText`), or None.
         tokenizer: the model's tokenizer.
         config: the model's configuration.
         model_dir: the run's folder.

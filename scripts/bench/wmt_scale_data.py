@@ -318,7 +318,7 @@ def train_run(args, model_dir, data_flags, steps, timeout, max_rss=None, log_pat
 
 _STREAM_ONLY = """
 import sys, time
-from keras_transformer.data.prepare import open_prepared
+from keras_transformer.data.prepared import open_prepared
 from keras_transformer.data.streaming import make_streaming_batches
 corpus = open_prepared(sys.argv[1])
 batches = make_streaming_batches(corpus, batch_tokens=int(sys.argv[2]), seed=0)
@@ -346,7 +346,7 @@ def pipeline_vs_training(prepared_dir, args) -> dict:
     import tensorflow as tf
 
     from keras_transformer.config import get_preset
-    from keras_transformer.data.prepare import open_prepared
+    from keras_transformer.data.prepared import open_prepared
     from keras_transformer.data.streaming import make_streaming_batches
     from keras_transformer.training import trainer
 

@@ -1,4 +1,4 @@
-"""Tests of keras_transformer.data.prepare: shards and manifest, reuse and invalidation, damaged folders."""
+"""Tests of keras_transformer.data.prepare (and .prepared, .corpus_source): shards and manifest, reuse and invalidation, damaged folders."""
 
 from __future__ import annotations
 
@@ -13,14 +13,10 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from keras_transformer.data.corpus_source import CorpusSource
 from keras_transformer.data.pipeline import prepare_pairs
-from keras_transformer.data.prepare import (
-    FORMAT,
-    CorpusSource,
-    PreparedDataError,
-    open_prepared,
-    prepare_corpus,
-)
+from keras_transformer.data.prepare import prepare_corpus
+from keras_transformer.data.prepared import FORMAT, PreparedDataError, open_prepared
 from keras_transformer.data.streaming import decode_record
 from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
 

@@ -1,4 +1,4 @@
-"""Tests of keras_transformer.data.sources: readers and the bad-input policy."""
+"""Tests of the readers (keras_transformer.data.parallel_text, .multi30k, .tfds) and the bad-input policy."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ import urllib.error
 
 import pytest
 
-from keras_transformer.data import sources
-from keras_transformer.data.sources import (
-    load_multi30k,
-    load_tfds_translation,
-    read_parallel_files,
-    read_tsv_pairs,
-)
+from keras_transformer.data import multi30k
+from keras_transformer.data import tfds as data_tfds
+from keras_transformer.data.multi30k import load_multi30k
+from keras_transformer.data.parallel_text import read_parallel_files, read_tsv_pairs
+from keras_transformer.data.tfds import load_tfds_translation
 
 
 def _write(path, data: bytes):
@@ -118,7 +116,7 @@ def test_multi30k_offline_error_says_which_files_go_where(tmp_path, monkeypatch)
     def no_network(*args, **kwargs):
         raise urllib.error.URLError("network unreachable")
 
-    monkeypatch.setattr(sources.urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(multi30k.urllib.request, "urlopen", no_network)
     cache = tmp_path / "cache"
     with pytest.raises(FileNotFoundError) as info:
         load_multi30k("train", data_dir=tmp_path / "data", cache_dir=cache)
@@ -137,8 +135,8 @@ def test_multi30k_download_to_cache(tmp_path, monkeypatch):
         name = url.rsplit("/", 1)[1][: -len(".gz")]
         return io.BytesIO(gzip.compress(texts[name].encode()))
 
-    monkeypatch.setattr(sources.urllib.request, "urlopen", fake_urlopen)
-    monkeypatch.setattr(sources, "_MULTI30K_GZ_SHA256", {})
+    monkeypatch.setattr(multi30k.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(multi30k, "_MULTI30K_GZ_SHA256", {})
     pairs = load_multi30k("val", data_dir=tmp_path / "none", cache_dir=tmp_path / "cache")
     assert pairs.sources == ["A dog.", "A cat."] and pairs.targets == ["Ein Hund.", "Eine Katze."]
     assert requested == [
@@ -149,13 +147,13 @@ def test_multi30k_download_to_cache(tmp_path, monkeypatch):
 
 
 def test_multi30k_download_rejects_wrong_checksum(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(gzip.compress(b"x\n")))
+    monkeypatch.setattr(multi30k.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(gzip.compress(b"x\n")))
     with pytest.raises(FileNotFoundError, match="sha256"):
         load_multi30k("val", data_dir=tmp_path, cache_dir=tmp_path / "cache")
 
 
 def test_tfds_offline_error_points_to_local_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "_network_available", lambda *a, **k: False)
+    monkeypatch.setattr(data_tfds, "_network_available", lambda *a, **k: False)
     with pytest.raises(RuntimeError) as info:
         load_tfds_translation("wmt14_translate/de-en", data_dir=tmp_path)
     message = str(info.value)
@@ -173,7 +171,7 @@ def test_tfds_reader_with_mock_data(tmp_path, monkeypatch):
     def as_dataset_fn(builder, split, **kwargs):
         return tf.data.Dataset.from_tensor_slices(examples)
 
-    monkeypatch.setattr(sources, "_network_available", lambda *a, **k: True)
+    monkeypatch.setattr(data_tfds, "_network_available", lambda *a, **k: True)
     with tfds.testing.mock_data(as_dataset_fn=as_dataset_fn):
         pairs = load_tfds_translation("wmt14_translate/de-en", data_dir=tmp_path, on_error="skip")
         with pytest.raises(ValueError, match="example 3: empty"):

@@ -9,6 +9,7 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from keras_transformer.data.corpus_source import CorpusSource
 from keras_transformer.data.epochs import StrategyLayout, stateless_order
 from keras_transformer.data.pipeline import (
     bucket_widths,
@@ -17,7 +18,8 @@ from keras_transformer.data.pipeline import (
     make_epoch_batches,
     prepare_pairs,
 )
-from keras_transformer.data.prepare import CorpusSource, PreparedDataError, prepare_corpus
+from keras_transformer.data.prepare import prepare_corpus
+from keras_transformer.data.prepared import PreparedDataError
 from keras_transformer.data.streaming import make_streaming_batches
 
 EOS, BOS = 3, 2
@@ -186,7 +188,7 @@ def test_fewer_shards_than_workers_and_bad_budget(corpus4):
 def test_damaged_shard_is_named_after_a_read_error(corpus4, tmp_path):
     import shutil
 
-    from keras_transformer.data.prepare import open_prepared
+    from keras_transformer.data.prepared import open_prepared
 
     folder = tmp_path / "copy"
     shutil.copytree(corpus4.directory, folder)

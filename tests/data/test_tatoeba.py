@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from keras_transformer.data.sources import DATASETS, disjoint_split, load_corpus, load_tatoeba
+from keras_transformer.data.corpus import DATASETS, load_corpus
+from keras_transformer.data.tatoeba import disjoint_split, load_tatoeba
 
 
 @pytest.fixture(scope="module")

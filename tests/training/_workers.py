@@ -121,7 +121,7 @@ def pair_hashes(source, target_out):
 
 def stream(prepared_dir, model_dir, epochs, batch_tokens, widths=None):
     from keras_transformer.data.epochs import EpochBatches
-    from keras_transformer.data.prepare import open_prepared
+    from keras_transformer.data.prepared import open_prepared
 
     strategy = STRATEGY if "TF_CONFIG" in os.environ else tf.distribute.get_strategy()
     keras.utils.set_random_seed(7)

@@ -30,8 +30,8 @@ MAX_LENGTH = 64
 def _prepare(data_dir, workdir):
     """The first NUM_PAIRS Multi30k train pairs, a 200-piece tokenizer trained on them, the tiny config."""
     from keras_transformer.config import get_preset
+    from keras_transformer.data.multi30k import load_multi30k
     from keras_transformer.data.pipeline import bucket_widths, prepare_pairs
-    from keras_transformer.data.sources import load_multi30k
     from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
 
     pairs = load_multi30k("train", data_dir=data_dir, download=False)

@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from keras_transformer.data.prepare import CorpusSource, prepare_corpus
+from keras_transformer.data.corpus_source import CorpusSource
+from keras_transformer.data.prepare import prepare_corpus
 from keras_transformer.training import checkpoints as ckpt
 
 WORKER = pathlib.Path(__file__).with_name("_workers.py")
