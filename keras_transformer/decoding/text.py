@@ -2,7 +2,10 @@ r"""The translators' text: sentences in, source and target ids; output ids, sent
 
 The :class:`~keras_transformer.decoding.Translator` (and every SavedModel
 exported from it) applies these rules in-graph, with core TF and
-``tensorflow_text`` ops on ``tf.string`` tensors.
+``tensorflow_text`` ops on ``tf.string`` tensors;
+:class:`~keras_transformer.decoding.ctranslate2.CTranslate2Translator`
+applies the same string rules to Python ``str`` with the ``*_str`` twins of
+the functions here.
 
 * Source ids are ``pieces + [EOS]`` (package contract), 0-padded on the right.
 * **Over-long sources.** A source with more than ``max_length - 1`` pieces is
@@ -52,7 +55,9 @@ exported from it) applies these rules in-graph, with core TF and
   and JSON clients need it) even for a byte-fallback vocabulary.
 
 Layout: the string rules (:func:`valid_utf8`, :func:`is_blank`,
-:func:`fold_whitespace`); the input side
+:func:`fold_whitespace`, and their Python twins :func:`valid_str`,
+:func:`is_blank_str`, :func:`fold_whitespace_str`, :func:`copied_through_str`);
+the input side
 (:func:`piece_tables`, :func:`copied_through`, :func:`source_ids`,
 :func:`target_ids`); the output side (:func:`output_texts`,
 :func:`n_best_texts`).
@@ -60,6 +65,8 @@ Layout: the string rules (:func:`valid_utf8`, :func:`is_blank`,
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -69,6 +76,10 @@ __all__ = [
     "valid_utf8",
     "is_blank",
     "fold_whitespace",
+    "valid_str",
+    "is_blank_str",
+    "fold_whitespace_str",
+    "copied_through_str",
     "piece_tables",
     "copied_through",
     "source_ids",
@@ -122,6 +133,60 @@ def fold_whitespace(strings: tf.Tensor) -> tf.Tensor:
     """
     folded = tf.strings.regex_replace(strings, _SPACE + "+", " ")
     return tf.strings.regex_replace(folded, r"^ | $", "")
+
+
+# -- the same rules on Python strings (CTranslate2Translator) --------------------------------
+
+
+def _is_space(char: str) -> bool:
+    """``[\\s\\p{Z}]`` for one character: RE2's ASCII ``\\s`` (``[\\t\\n\\f\\r ]``) or a Unicode separator."""
+    return char in " \t\n\r\f" or unicodedata.category(char).startswith("Z")
+
+
+def valid_str(sentence: str) -> str:
+    """``sentence`` with lone surrogates treated as invalid UTF-8 bytes, i.e. replaced by U+FFFD.
+
+    A Python ``str`` cannot hold invalid UTF-8, but it can hold lone
+    surrogates (e.g. from ``bytes.decode(errors="surrogateescape")``). They
+    are turned back into the bytes they stand for (U+DC80..U+DCFF: the
+    escaped byte; other surrogates: their 3-byte encoding), and every invalid
+    UTF-8 sequence of the result becomes U+FFFD, as :func:`valid_utf8`'s
+    ``unicode_transcode(errors="replace")`` does with invalid bytes.
+    """
+    try:
+        sentence.encode("utf-8")
+        return sentence
+    except UnicodeEncodeError:
+        pass
+    data = bytearray()
+    for char in sentence:
+        code = ord(char)
+        data += bytes([code - 0xDC00]) if 0xDC80 <= code <= 0xDCFF else char.encode("utf-8", "surrogatepass")
+    return bytes(data).decode("utf-8", errors="replace")
+
+
+def is_blank_str(sentence: str) -> bool:
+    """:func:`is_blank`'s ``[\\s\\p{Z}]*``: only ASCII ``\\s`` and Unicode separators."""
+    return all(_is_space(char) for char in sentence)
+
+
+def fold_whitespace_str(sentence: str) -> str:
+    """:func:`fold_whitespace` of one sentence: runs of ``[\\s\\p{Z}]`` as one space, none at the ends."""
+    out, space = [], False
+    for char in sentence:
+        if _is_space(char):
+            space = bool(out)
+        else:
+            if space:
+                out.append(" ")
+            out.append(char)
+            space = False
+    return "".join(out)
+
+
+def copied_through_str(unknown: Iterable[bool], word: Iterable[bool]) -> bool:
+    """:func:`copied_through` of one non-empty sentence, from its pieces' flags: an unknown piece and no known word."""
+    return any(unknown) and not any(word)
 
 
 # -- input: sentences -> ids ------------------------------------------------------------------
