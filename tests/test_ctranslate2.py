@@ -30,14 +30,10 @@ from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data.pipeline import make_dataset, prepare_pairs  # noqa: E402
 from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece  # noqa: E402
 from keras_transformer.decoding import Translator  # noqa: E402
+from keras_transformer.decoding.ctranslate2 import CTranslate2Translator  # noqa: E402
+from keras_transformer.decoding.ctranslate2_format import CT2_RECORD_FILENAME, CT2_VOCAB_FILENAME  # noqa: E402
 from keras_transformer.evaluation import score_corpus  # noqa: E402
-from keras_transformer.export import (  # noqa: E402
-    CT2_RECORD_FILENAME,
-    CT2_VOCAB_FILENAME,
-    QUANTIZATIONS,
-    CTranslate2Translator,
-    export_ctranslate2,
-)
+from keras_transformer.export import QUANTIZATIONS, export_ctranslate2  # noqa: E402
 
 MAX_LENGTH = 64
 EXTRA = 50

@@ -1,5 +1,6 @@
 """Decoding: greedy and beam search (Section 6.1), sampling (back-translation), the string-to-string
-Translator, corpus translation, n-best lists and forced-decoding scores.
+Translator, corpus translation, n-best lists and forced-decoding scores, and translating with a
+CTranslate2 export (:mod:`keras_transformer.decoding.ctranslate2`).
 
 ``search`` depends on TensorFlow only; ``Translator`` is imported lazily so that
 importing the searches never needs the model or tokenizer modules.

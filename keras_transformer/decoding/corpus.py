@@ -4,7 +4,7 @@ Used by the command line (``run``, ``evaluate``, ``translate``), the notebook
 and users' scripts alike, with any of our translators: a
 :class:`~keras_transformer.decoding.Translator`'s ``translate`` /
 ``translate_greedy``, a loaded SavedModel's ``serving_default`` signature, or a
-:class:`~keras_transformer.export.ctranslate2.CTranslate2Translator`.
+:class:`~keras_transformer.decoding.ctranslate2.CTranslate2Translator`.
 
 Lines are batched by length (the order of their lengths in characters), then
 put back in input order: a batch of similar lengths pads little and finishes

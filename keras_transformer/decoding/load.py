@@ -243,7 +243,7 @@ def open_translator(
     if kind == "ctranslate2":
         import tensorflow as tf  # noqa: F401  (batches arrive as tf.string tensors)
 
-        from keras_transformer.export.ctranslate2 import CTranslate2Translator
+        from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
 
         translator = CTranslate2Translator(path, beam_size=beam_size, length_penalty=length_penalty)
 

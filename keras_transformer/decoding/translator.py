@@ -13,52 +13,10 @@ an inner ``tf.function(jit_compile=True)`` while the string ops stay outside it
 
 Decisions:
 
-* Source ids are ``pieces + [EOS]`` (package contract), 0-padded on the right.
-* **Over-long sources.** A source with more than ``max_length - 1`` pieces is
-  truncated to its first ``max_length - 1`` pieces (the model cannot attend
-  beyond ``max_length`` positions); this is *never silent*: every signature
-  returns ``truncated`` (``[B]`` bool, True for such sentences), and the
-  translation is the one of the truncated source.
-* **Maximum output length** per sentence = source length (tokens, EOS included)
-  + ``extra_decode_length`` (50 in Section 6.1), capped by ``max_length``; the
-  output includes EOS. EOS is forced when the limit is reached. Unknown
-  pieces (below) do not count toward the source length here.
-* **Empty / whitespace-only input** (no pieces, or only whitespace: ASCII
-  ``\s`` such as tabs/newlines and Unicode separators ``\p{Z}`` such as
-  U+00A0 / U+3000, which the SentencePiece model may otherwise keep as pieces)
-  is not sent through the model's answer: its translation is ``""``, its score
-  ``0.0``, its ids all 0.
-* **Input normalization** is the vocabulary's: the SentencePiece model
-  carries its rule (``nmt_nfkc`` for vocabularies trained since it became
-  the default: NFKC, Unicode spaces folded, see
-  :mod:`keras_transformer.data.tokenizer`), and ``tensorflow_text`` applies
-  it in-graph, so a sentence written with tabs, no-break or ideographic
-  spaces, repeated or surrounding spaces gets the source ids, hence the
-  translation, of its plain form, here and in every export, exactly as the
-  training data was prepared.
-* **Unknown input.** Pieces the vocabulary lacks (``unk`` and the byte
-  pieces of byte fallback: characters never seen in training, e.g. Chinese
-  or emoji in an English-German vocabulary) are *unknown*; a model never
-  learnt to translate them and tends to repeat itself until the length
-  limit. Two rules bound what it writes:
-
-  - a sentence with unknown pieces and no known word (no known piece with a
-    letter or digit: ``"你好世界"``, ``"😀👍"``, ``"你好!"``) is not sent through
-    the model's answer: its translation is the input itself, copied through
-    with its whitespace folded (``[\s\p{Z}]+`` -> one space, none at the
-    ends), its score ``0.0``, its ids all 0; its search stops at once;
-  - otherwise unknown pieces do not count toward the output limit: a
-    sentence of ``K`` known pieces writes at most ``min(K + 1 +
-    extra_decode_length, max_length)`` tokens (EOS included). A sentence
-    without unknown pieces (``K`` = all its pieces) keeps exactly the limit
-    of Section 6.1, so its translation is unchanged.
-* **Invalid UTF-8.** Inputs are transcoded UTF-8 -> UTF-8 in-graph with
-  ``errors="replace"`` (``tf.strings.unicode_transcode``, a core op) before
-  tokenization: every invalid byte sequence becomes U+FFFD (which the
-  SentencePiece model maps to ``unk`` unless it knows it), so invalid bytes
-  translate exactly like the same text with U+FFFD in their place. Outputs get
-  the same treatment, so every returned string is valid UTF-8 (the REST API
-  and JSON clients need it) even for a byte-fallback vocabulary.
+* **Text** (source ids, over-long sources, the output limit, empty and
+  whitespace-only input, normalization, unknown input copied through, invalid
+  UTF-8): the rules of :mod:`keras_transformer.decoding.text`, which this
+  module applies in-graph.
 * **Decoding speed.** Without XLA (the default) the self-attention cache
   grows by one position per step (a step costs ``O(step)``, not
   ``O(max_length)``) and a sentence leaves the batch as soon as its search is
@@ -115,13 +73,12 @@ Decisions:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
+from keras_transformer.decoding import model_calls, text
 from keras_transformer.decoding.search import (
     beam_search, check_sampling, greedy_search, length_penalty_factor, sample_search,
 )
@@ -131,34 +88,6 @@ __all__ = ["Translator"]
 _STRINGS = [tf.TensorSpec([None], tf.string, name="sentences")]
 _STRINGS_AND_SEED = _STRINGS + [tf.TensorSpec([], tf.int64, name="seed")]
 _PAIRS = [tf.TensorSpec([None], tf.string, name="sentences"), tf.TensorSpec([None], tf.string, name="targets")]
-
-
-def _fold_whitespace(strings: tf.Tensor) -> tf.Tensor:
-    """Every run of whitespace (``[\\s\\p{Z}]+``) becomes one space; none at either end (core TF ops).
-
-    Args:
-        strings: ``[B]`` ``tf.string``, valid UTF-8.
-
-    Returns:
-        ``[B]`` ``tf.string``.
-    """
-    folded = tf.strings.regex_replace(strings, r"[\s\p{Z}]+", " ")
-    return tf.strings.regex_replace(folded, r"^ | $", "")
-
-
-def _valid_utf8(strings: tf.Tensor) -> tf.Tensor:
-    """Replaces every invalid UTF-8 sequence by U+FFFD (in-graph, core TF op).
-
-    Args:
-        strings: ``[B]`` ``tf.string``.
-
-    Returns:
-        ``[B]`` ``tf.string``, valid UTF-8; valid input is returned unchanged.
-    """
-    return tf.strings.unicode_transcode(
-        strings, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace",
-        replacement_char=0xFFFD, replace_control_characters=False,
-    )
 
 
 class Translator(tf.Module):
@@ -304,11 +233,7 @@ class Translator(tf.Module):
         self.pad_id = int(tokenizer.pad_id)
         self.eos_id = int(tokenizer.eos_id)
         # Per-id tables of the vocabulary (numpy; in-graph constants when traced).
-        vocab_size = int(tokenizer.vocab_size)
-        unknown = getattr(tokenizer, "unknown_piece_mask", None)
-        word = getattr(tokenizer, "word_piece_mask", None)
-        self._unknown_pieces = np.zeros([vocab_size], bool) if unknown is None else np.asarray(unknown, bool)
-        self._word_pieces = np.ones([vocab_size], bool) if word is None else np.asarray(word, bool)
+        self._unknown_pieces, self._word_pieces = text.piece_tables(tokenizer)
         # Inner numeric functions: ids in, ids out; graph mode, and XLA when asked. No autograph
         # anywhere here: the searches are written with tf.while_loop/tf.cond, and converting the
         # Keras layers' Python took 40% of an export's time (tiny model: 28 s -> 17 s without).
@@ -360,17 +285,6 @@ class Translator(tf.Module):
         return Translator(self.model, self.tokenizer, **dict(self._settings, **changes))
 
     # -- numeric core (inside XLA when jit_compile) ------------------------------------
-    def _symbols_to_logits_fn(self, output_matrix):
-        """The search's ``symbols_to_logits_fn``, with the model's output matrix computed once per batch."""
-        def symbols_to_logits(step_ids, step, cache):
-            if output_matrix is None:
-                logits, cache = self.model.decode_step(step_ids, step, cache)
-            else:
-                logits, cache = self.model.decode_step(step_ids, step, cache, output_matrix=output_matrix)
-            return tf.cast(logits, tf.float32), cache
-
-        return symbols_to_logits
-
     def _cached_output_matrix(self):
         """The ``cache_output_matrix`` copy as a tensor, or None."""
         return None if self.output_matrix is None else tf.convert_to_tensor(self.output_matrix)
@@ -383,72 +297,32 @@ class Translator(tf.Module):
         return output_matrix() if callable(output_matrix) else None
 
     def _start(self, source_ids, max_decode_lengths, xla):
-        """Encoder outputs -> the decoding cache; limits clipped to ``S + extra_decode_length``.
-
-        Without XLA the self-attention cache grows step by step
-        (``init_cache(..., None)``). Under XLA it is a buffer of
-        ``min(max_length, S + extra_decode_length)`` positions (``S`` = width
-        of ``source_ids``, static under XLA): no sentence of the batch may
-        decode more (its limit is its source length +
-        ``extra_decode_length``), so a longer buffer would only cost memory
-        traffic and attention.
-        """
-        encoder_outputs = self.model.encode(source_ids, training=False)
-        cache_length = tf.minimum(
-            tf.constant(self.max_length, tf.int32), tf.shape(source_ids)[1] + self.extra_decode_length
+        """:func:`keras_transformer.decoding.model_calls.start` with this translator's settings."""
+        return model_calls.start(
+            self.model, source_ids, max_decode_lengths, xla, self.max_length, self.extra_decode_length, self.bos_id
         )
-        cache = self.model.init_cache(encoder_outputs, source_ids, cache_length if xla else None)
-        initial_ids = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.bos_id, tf.int32))
-        if max_decode_lengths is None:
-            max_decode_lengths = tf.fill(tf.shape(initial_ids), cache_length)
-        max_decode_lengths = tf.minimum(tf.cast(max_decode_lengths, tf.int32), cache_length)
-        return initial_ids, cache, max_decode_lengths
 
     def _bucket(self, source_ids):
         """Pads ``source_ids`` on the right to a multiple of ``source_bucket_width`` (for XLA).
 
-        XLA compiles once per input shape; bucketing the source width bounds
-        the compiles per batch size to ``ceil(max_length / width)``. Padding
-        is masked (same translations up to float rounding); a no-op without
-        ``jit_compile``.
+        :func:`keras_transformer.decoding.model_calls.bucket_source` with this
+        translator's settings: the compiles per batch size are bounded by
+        ``ceil(max_length / source_bucket_width)``.
         """
-        if self.source_bucket_width <= 1:
-            return source_ids
-        width = tf.shape(source_ids)[1]
-        bucket = self.source_bucket_width
-        padded = tf.minimum((width + bucket - 1) // bucket * bucket, self.max_length)
-        padded = tf.maximum(padded, width)
-        return tf.pad(source_ids, [[0, 0], [0, padded - width]])
-
-    def _weights_read_once(self):
-        """A scope in which the model's variables are read once, before the decoding loop.
-
-        Inside the loop every Keras layer reads its variables at every step
-        (one ``ReadVariableOp`` per weight and step, 69 per step for the
-        ``small`` preset); a ``keras.StatelessScope`` maps each variable to
-        its value read here, which the loop then captures as a loop
-        invariant. Weights are still read at every call, so a model trained
-        further is translated with its current weights.
-        """
-        import keras
-
-        variables = getattr(self.model, "variables", None)
-        if not variables:
-            return contextlib.nullcontext()
-        return keras.StatelessScope(state_mapping=[(v, tf.convert_to_tensor(v)) for v in variables])
+        return model_calls.bucket_source(source_ids, self.source_bucket_width, self.max_length)
 
     def _beam_search_ids(self, source_ids, max_decode_lengths, xla=False, output_matrix=None):
-        with self._weights_read_once():
+        with model_calls.weights_read_once(self.model):
             return self._beam_search_loop(source_ids, max_decode_lengths, xla, output_matrix)
 
     def _greedy_search_ids(self, source_ids, max_decode_lengths, xla=False, output_matrix=None):
-        with self._weights_read_once():
+        with model_calls.weights_read_once(self.model):
             return self._greedy_search_loop(source_ids, max_decode_lengths, xla, output_matrix)
 
     def _sample_search_ids(self, source_ids, max_decode_lengths, seed, xla=False):
-        with self._weights_read_once():
+        with model_calls.weights_read_once(self.model):
             initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
-            model_logits = self._symbols_to_logits_fn(self._cached_output_matrix())
+            model_logits = model_calls.symbols_to_logits_fn(self.model, self._cached_output_matrix())
 
             def symbols_to_logits(step_ids, step, cache):
                 logits, cache = model_logits(step_ids, step, cache)
@@ -474,7 +348,9 @@ class Translator(tf.Module):
     def _beam_search_loop(self, source_ids, max_decode_lengths, xla, output_matrix):
         initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
         return beam_search(
-            self._symbols_to_logits_fn(self._output_matrix() if output_matrix is None else output_matrix),
+            model_calls.symbols_to_logits_fn(
+                self.model, self._output_matrix() if output_matrix is None else output_matrix
+            ),
             initial_ids,
             cache,
             beam_size=self.beam_size,
@@ -494,7 +370,7 @@ class Translator(tf.Module):
         if output_matrix is None:
             output_matrix = self._cached_output_matrix()
         return greedy_search(
-            self._symbols_to_logits_fn(output_matrix),
+            model_calls.symbols_to_logits_fn(self.model, output_matrix),
             initial_ids,
             cache,
             max_length=self.max_length,
@@ -522,62 +398,42 @@ class Translator(tf.Module):
         rows = tf.shape(source_ids)[0] * rows_per_sentence
         return tf.cond(rows <= self.xla_max_rows, run_xla, lambda: graph(source_ids, max_decode_lengths, *extra))
 
-    # -- string handling (plain TF + tensorflow-text ops) -------------------------------
+    # -- text (plain TF + tensorflow-text ops; decoding/text.py) ------------------------
     def source_ids(self, sentences: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Tokenizes a batch into model inputs.
+        """Tokenizes a batch ``[B]`` ``tf.string`` into model inputs, with this translator's settings.
 
-        Args:
-            sentences: ``[B]`` ``tf.string``.
-
-        Returns:
-            dict with ``source_ids`` int32 [B, S] (pieces + EOS, 0-padded,
-            ``S <= max_length``), ``max_decode_lengths`` int32 [B] (known
-            source pieces + 1 + extra_decode_length, capped by max_length; 1
-            for empty and copied sentences), ``truncated`` bool [B] (more
-            than ``max_length - 1`` pieces), ``empty`` bool [B] (no pieces or
-            whitespace only) and ``copied`` bool [B] (unknown pieces and no
-            known word: translated as the input itself, see the module
-            docstring).
+        Returns :func:`keras_transformer.decoding.text.source_ids`' dict:
+        ``source_ids`` int32 [B, S], ``max_decode_lengths`` int32 [B] and the
+        bool [B] flags ``truncated``, ``empty`` and ``copied``.
         """
-        sentences = _valid_utf8(sentences)
-        blank = tf.strings.regex_full_match(sentences, r"[\s\p{Z}]*")
-        pieces = self.tokenizer.tokenize(sentences)
-        pieces = tf.cast(pieces, tf.int32)
-        num_pieces = tf.cast(pieces.row_lengths(), tf.int32)
-        keep = self.max_length - 1
-        truncated = num_pieces > keep
-        pieces = pieces[:, :keep]
-        batch_size = tf.shape(num_pieces)[0]
-        eos = tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.constant(self.eos_id, tf.int32)))
-        source = tf.concat([pieces, eos], axis=1).to_tensor(default_value=0)
-        unknown = tf.ragged.map_flat_values(tf.gather, tf.constant(self._unknown_pieces), pieces)
-        word = tf.ragged.map_flat_values(tf.gather, tf.constant(self._word_pieces), pieces)
-        known = tf.reduce_sum(tf.cast(tf.logical_not(unknown), tf.int32), axis=1)
-        empty = tf.logical_or(tf.equal(num_pieces, 0), blank)
-        copied = tf.reduce_any(unknown, axis=1) & tf.logical_not(tf.reduce_any(word, axis=1)) & tf.logical_not(empty)
-        max_decode_lengths = tf.minimum(known + 1 + self.extra_decode_length, self.max_length)
-        # Nothing to search for: EOS at once.
-        max_decode_lengths = tf.where(empty | copied, tf.ones_like(max_decode_lengths), max_decode_lengths)
-        return {
-            "source_ids": source,
-            "max_decode_lengths": max_decode_lengths,
-            "truncated": truncated,
-            "empty": empty,
-            "copied": copied,
-        }
+        return text.source_ids(
+            sentences, self.tokenizer, self.max_length, self.extra_decode_length, self.eos_id,
+            self._unknown_pieces, self._word_pieces,
+        )
 
-    def _search_batch(self, sentences: tf.Tensor, greedy: bool) -> dict[str, tf.Tensor]:
+    def target_ids(self, targets: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Tokenizes a batch ``[B]`` ``tf.string`` of targets for teacher forcing (the training contract).
+
+        Returns :func:`keras_transformer.decoding.text.target_ids`' dict:
+        ``target_in_ids`` and ``target_out_ids`` int32 [B, T], ``num_tokens``
+        int32 [B] (pieces + EOS) and ``truncated`` bool [B].
+        """
+        return text.target_ids(targets, self.tokenizer, self.max_length, self.bos_id, self.eos_id)
+
+    def _search_batch(self, sentences: tf.Tensor, greedy: bool, seed=None) -> dict[str, tf.Tensor]:
         """Tokenization + search of a batch; empty and copied sentences get all-0 ids (and scores 0).
 
+        ``seed`` (with ``greedy``): sampling search instead of greedy search.
+
         Returns:
-            :meth:`source_ids`' dict plus ``output_ids`` (int32 [B, L] greedy,
-            [B, beam_size, L] beam) and, for beam search, ``scores`` float32
-            [B, beam_size].
+            :meth:`source_ids`' dict plus ``output_ids`` (int32 [B, L] greedy
+            or sampled, [B, beam_size, L] beam) and, for beam search,
+            ``scores`` float32 [B, beam_size].
         """
         inputs = self.source_ids(sentences)
         skipped = inputs["empty"] | inputs["copied"]
         if greedy:
-            ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"])
+            ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"], seed=seed)
             return dict(inputs, output_ids=tf.where(skipped[:, None], tf.zeros_like(ids), ids))
         ids, scores = self._search(False, inputs["source_ids"], inputs["max_decode_lengths"])
         ids = tf.where(skipped[:, None, None], tf.zeros_like(ids), ids)
@@ -586,8 +442,16 @@ class Translator(tf.Module):
 
     def _texts(self, sentences: tf.Tensor, ids: tf.Tensor, copied: tf.Tensor) -> tf.Tensor:
         """Detokenized ``ids`` [B, L] as valid UTF-8; copied sentences are their whitespace-folded input."""
-        translations = _valid_utf8(self.tokenizer.detokenize(ids))
-        return tf.where(copied, _fold_whitespace(_valid_utf8(sentences)), translations)
+        return text.output_texts(self.tokenizer, sentences, ids, copied)
+
+    def _one_per_sentence(self, sentences: tf.Tensor, seed=None) -> dict[str, tf.Tensor]:
+        """:meth:`translate_greedy`'s dict, of greedy search or (``seed`` given) of sampling search."""
+        out = self._search_batch(sentences, greedy=True, seed=seed)
+        return {
+            "translations": self._texts(sentences, out["output_ids"], out["copied"]),
+            "output_ids": out["output_ids"],
+            "truncated": out["truncated"],
+        }
 
     # -- public tf.functions (exported signatures) --------------------------------------
     @tf.function(input_signature=_STRINGS, autograph=False)
@@ -623,12 +487,7 @@ class Translator(tf.Module):
             [B, max_length] (EOS kept, 0 after; all 0 for empty and copied
             input), ``truncated`` [B] bool.
         """
-        out = self._search_batch(sentences, greedy=True)
-        return {
-            "translations": self._texts(sentences, out["output_ids"], out["copied"]),
-            "output_ids": out["output_ids"],
-            "truncated": out["truncated"],
-        }
+        return self._one_per_sentence(sentences)
 
     @tf.function(input_signature=_STRINGS_AND_SEED, autograph=False)
     def translate_sampled(self, sentences, seed):
@@ -651,14 +510,7 @@ class Translator(tf.Module):
             ``output_ids`` int32 [B, max_length] (EOS kept, 0 after; all 0
             for empty and copied input), ``truncated`` [B] bool.
         """
-        inputs = self.source_ids(sentences)
-        ids = self._search(True, inputs["source_ids"], inputs["max_decode_lengths"], seed=seed)
-        ids = tf.where((inputs["empty"] | inputs["copied"])[:, None], tf.zeros_like(ids), ids)
-        return {
-            "translations": self._texts(sentences, ids, inputs["copied"]),
-            "output_ids": ids,
-            "truncated": inputs["truncated"],
-        }
+        return self._one_per_sentence(sentences, seed=seed)
 
     @tf.function(input_signature=_STRINGS, autograph=False)
     def translate_ids(self, sentences):
@@ -696,9 +548,9 @@ class Translator(tf.Module):
             slot without a hypothesis (its text is ``""``); an empty or
             whitespace-only input has the single hypothesis ``""`` with score
             0 (other slots ``-inf``), a copied input (unknown pieces, no
-            known word; module docstring) the single hypothesis of its
-            whitespace-folded text with score 0; ``truncated`` [B] bool
-            (source cut to ``max_length - 1`` pieces).
+            known word; :mod:`keras_transformer.decoding.text`) the single
+            hypothesis of its whitespace-folded text with score 0;
+            ``truncated`` [B] bool (source cut to ``max_length - 1`` pieces).
 
         The hypotheses of a sentence are distinct token sequences; two of them
         can still detokenize to the same text (two segmentations of one
@@ -706,64 +558,14 @@ class Translator(tf.Module):
         """
         out = self._search_batch(sentences, greedy=False)
         ids, scores = out["output_ids"], out["scores"]
-        shape = tf.shape(ids)
-        texts = _valid_utf8(self.tokenizer.detokenize(tf.reshape(ids, [-1, shape[2]])))
         first_only = tf.concat([[0.0], tf.fill([self.beam_size - 1], -float("inf"))], axis=0)
         skipped = out["empty"] | out["copied"]
         scores = tf.where(skipped[:, None], first_only[None, :], scores)
-        texts = tf.reshape(texts, shape[:2])
-        first = self._texts(sentences, ids[:, 0, :], out["copied"])
-        texts = tf.concat([first[:, None], texts[:, 1:]], axis=1)
-        texts.set_shape([None, self.beam_size])
         return {
-            "translations": texts,
+            "translations": text.n_best_texts(self.tokenizer, sentences, ids, out["copied"], self.beam_size),
             "scores": scores,
             "truncated": out["truncated"],
         }
-
-    def target_ids(self, targets: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Tokenizes a batch of targets for teacher forcing (the training contract).
-
-        Args:
-            targets: ``[B]`` ``tf.string`` (invalid UTF-8 becomes U+FFFD, as
-                for sources).
-
-        Returns:
-            dict with ``target_in_ids`` int32 [B, T] (BOS + pieces, 0-padded),
-            ``target_out_ids`` int32 [B, T] (pieces + EOS, 0-padded),
-            ``num_tokens`` int32 [B] (pieces + EOS, ``|Y|`` of the length
-            penalty) and ``truncated`` bool [B] (more than ``max_length - 1``
-            pieces: the first ``max_length - 1`` are kept, then EOS). ``T <=
-            max_length``.
-        """
-        pieces = tf.cast(self.tokenizer.tokenize(_valid_utf8(targets)), tf.int32)
-        num_pieces = tf.cast(pieces.row_lengths(), tf.int32)
-        keep = self.max_length - 1
-        pieces = pieces[:, :keep]
-        batch_size = tf.shape(num_pieces)[0]
-
-        def column(token_id):
-            return tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.constant(token_id, tf.int32)))
-
-        return {
-            "target_in_ids": tf.concat([column(self.bos_id), pieces], axis=1).to_tensor(default_value=0),
-            "target_out_ids": tf.concat([pieces, column(self.eos_id)], axis=1).to_tensor(default_value=0),
-            "num_tokens": tf.minimum(num_pieces, keep) + 1,
-            "truncated": num_pieces > keep,
-        }
-
-    def _teacher_forced_log_probs(self, source_ids, target_in_ids, target_out_ids):
-        """``log P(y_t | y_<t, X)`` of every target token, float32 [B, T] (0 on padding).
-
-        One encoder pass and one teacher-forced decoder pass (``model.decode``,
-        all positions at once, Section 3.1); the log-softmax is taken in
-        float32 as the beam search does.
-        """
-        encoder_outputs = self.model.encode(source_ids, training=False)
-        logits = tf.cast(self.model.decode(target_in_ids, encoder_outputs, source_ids, training=False), tf.float32)
-        chosen = tf.gather(logits, target_out_ids, axis=2, batch_dims=2)
-        log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)
-        return tf.where(tf.not_equal(target_out_ids, 0), log_probs, tf.zeros_like(log_probs))
 
     @tf.function(input_signature=_PAIRS, autograph=False)
     def score(self, sentences, targets):
@@ -802,7 +604,9 @@ class Translator(tf.Module):
         source = self.source_ids(sentences)
         target = self.target_ids(targets)
         target_out = target["target_out_ids"]
-        token_log_probs = self._teacher_forced_log_probs(source["source_ids"], target["target_in_ids"], target_out)
+        token_log_probs = model_calls.teacher_forced_log_probs(
+            self.model, source["source_ids"], target["target_in_ids"], target_out
+        )
         log_prob = tf.reduce_sum(token_log_probs, axis=1)
         num_tokens = target["num_tokens"]
         pieces = self.tokenizer.id_to_piece(target_out)

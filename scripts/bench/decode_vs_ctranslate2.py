@@ -85,7 +85,7 @@ def worker(args):
     lines = _read_lines(args.source, args.sentences)
     result = {"system": args.system, "setting": args.setting, "cells": {}}
     if args.kind == "ctranslate2":
-        from keras_transformer.export.ctranslate2 import CTranslate2Translator
+        from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
 
         translators = {
             mode: CTranslate2Translator(args.path, beam_size=1 if mode == "greedy" else args.beam_size,

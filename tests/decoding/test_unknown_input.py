@@ -1,6 +1,6 @@
 """Input the vocabulary never saw: bounded output through the Translator and the SavedModel.
 
-The rule (``keras_transformer/decoding/translator.py``): a sentence with
+The rule (``keras_transformer/decoding/text.py``): a sentence with
 unknown pieces (``unk``, byte-fallback bytes) and no known word is copied
 through (whitespace folded), score 0, ids 0; otherwise the output holds at
 most ``min(K + 1 + extra_decode_length, max_length)`` tokens, EOS included,
