@@ -10,7 +10,7 @@ kind              recognized by                                           transl
 ``saved_model``   ``saved_model.pb`` (an export's version folder)          its ``serving_default`` / ``greedy`` /
                                                                           ``sample`` signatures: the settings it was
                                                                           exported with
-``ctranslate2``   ``model.bin`` + ``keras_transformer.json``               :class:`~keras_transformer.export.ctranslate2.CTranslate2Translator`
+``ctranslate2``   ``model.bin`` + ``keras_transformer.json``               :class:`~keras_transformer.decoding.ctranslate2.CTranslate2Translator`
                   (``export --format ctranslate2``)                        (beam size and alpha chosen per run)
 ================  ======================================================  =========================================
 
