@@ -343,7 +343,7 @@ def piece_masks(processor: spm.SentencePieceProcessor) -> tuple[np.ndarray, np.n
         (characters the vocabulary has no piece for); ``word`` for the other
         non-control pieces that hold a letter or a digit (Unicode categories
         ``L*``, ``N*``). Used by the Translators' unknown-input rule
-        (:mod:`keras_transformer.decoding.translator`).
+        (:mod:`keras_transformer.decoding.text`).
     """
     size = int(processor.get_piece_size())
     unknown = np.array([bool(processor.is_unknown(i) or processor.is_byte(i)) for i in range(size)], dtype=bool)

@@ -32,7 +32,7 @@ def _limit(corpus, data: DataSettings) -> None:
             pairs.sources, pairs.targets = pairs.sources[:limit], pairs.targets[:limit]
 
 
-def read_corpus(data: DataSettings, log: Log) -> "keras_transformer.data.Corpus":  # noqa: F821
+def read_corpus(data: DataSettings, log: Log):
     """The :class:`~keras_transformer.data.Corpus` the settings name, its splits cut by the limits.
 
     Args:
@@ -146,8 +146,6 @@ def prepare(folder: str | os.PathLike, data: DataSettings, vocabulary: Vocabular
         RunError: when TFDS data is not prepared and cannot be downloaded, or
             a tokenizing process died.
     """
-    from keras_transformer.data import prepare_corpus
-
     train, valid = corpus_sources(data)
     return _prepare(folder, train, valid, data, vocabulary, max_length, log, force, vocabulary_path)
 
