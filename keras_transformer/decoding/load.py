@@ -88,7 +88,7 @@ def load_model_dir(model_dir: str | os.PathLike):
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (written by `keras-transformer train` or `run`)")
     record = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = TransformerConfig(**record["config"])
+    config = TransformerConfig.from_dict(record["config"])
     tokenizer = SubwordTokenizer(str(folder / "spm.model"))
     tokenizer.check_vocabulary(record["vocab_sha256"])
     model = keras.saving.load_model(folder / "model.keras", compile=False)
