@@ -268,7 +268,7 @@ def _train(args: argparse.Namespace):
     from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
     from keras_transformer.evaluation import bleu_metric
     from keras_transformer.training import checkpoints
-    from keras_transformer.training.trainer import (
+    from keras_transformer.training import (
         build_model,
         compile_model,
         default_jit_compile,
