@@ -25,7 +25,7 @@ on a shared machine hits every configuration alike; only ratios measured in
 the same run are meaningful. Prints a table and the decomposition of the gain:
 target tokens/s = target slots/s x (1 - target padding fraction).
 
-Usage:
+Usage (keras-hub is the ``bench`` extra: ``pip install -e ".[bench]"``):
     KERAS_TRANSFORMER_DATA=/path/to/data python scripts/bench/train_throughput.py [--steps 24] [--rounds 2] [--quick]
 """
 
@@ -49,10 +49,23 @@ from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data import dataset_statistics, make_dataset  # noqa: E402
 
 
+def import_keras_hub():
+    """The ``keras_hub`` module, for the baseline.
+
+    Raises:
+        SystemExit: when keras-hub is not installed (it is the ``bench`` extra), saying how to install it.
+    """
+    try:
+        import keras_hub
+    except ImportError as error:
+        raise SystemExit(f'the keras-hub baseline needs keras-hub ({error}): pip install -e ".[bench]"') from error
+    return keras_hub
+
+
 def build_baseline(vocab_size: int, max_length: int, d_model: int, num_layers: int, num_heads: int, dff: int,
                    dropout_rate: float) -> keras.Model:
     """The keras-hub tutorial Transformer of the same size, compiled for ``model.fit``."""
-    import keras_hub
+    keras_hub = import_keras_hub()
 
     source = keras.Input((None,), dtype="int32", name="source_ids")
     target_in = keras.Input((None,), dtype="int32", name="target_in_ids")
@@ -93,6 +106,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.rounds, args.xla_shapes = 6, 2, 1
+    import_keras_hub()  # before any work: say how to install it
 
     prepared, tokenizer = _common.load_prepared(args.data_dir, 8000, 128)
     config = get_preset("small", vocab_size=tokenizer.vocab_size)
