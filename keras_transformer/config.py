@@ -4,28 +4,36 @@ One frozen dataclass, :class:`TransformerConfig`, holds every number the model,
 its training and its decoding need, so that the paper's defaults live in one
 place. Presets:
 
-=======  ===  =======  ====  ==  ===  ===  ======  ====  ========
-name     N    d_model  dff   h   d_k  d_v  P_drop  e_ls  steps
-=======  ===  =======  ====  ==  ===  ===  ======  ====  ========
+=======  ===  =======  ====  ==  ===  ===  ======  ====  ==========
+name     N    d_model  dff   h   d_k  d_v  P_drop  e_ls  paper steps
+=======  ===  =======  ====  ==  ===  ===  ======  ====  ==========
 base     6    512      2048  8   64   64   0.1     0.1   100,000
 big      6    1024     4096  16  64   64   0.3     0.1   300,000
 small    3    256      1024  4   64   64   0.1     0.1   (CPU work)
 tiny     2    32       64    2   16   16   0.0     0.1   (tests)
-=======  ===  =======  ====  ==  ===  ===  ======  ====  ========
+=======  ===  =======  ====  ==  ===  ===  ======  ====  ==========
 
 ``base`` and ``big`` are "Attention Is All You Need" (Vaswani et al., 2017),
 Table 3 and Section 5-6: Adam(0.9, 0.98, 1e-9), warmup 4,000 steps (Eq. 3),
-about 25,000 source + 25,000 target tokens per batch (Section 5.1), beam 4,
-length penalty alpha 0.6, maximum output length = input length + 50
-(Section 6.1), average of the last 5 (base) or 20 (big) checkpoints.
+about 25,000 source + 25,000 target tokens per batch (Section 5.1), trained
+for 100,000 (base) or 300,000 (big) steps (Section 5.2; how long to train is
+the command line's ``--epochs``/``--max-train-minutes``, not a field here),
+beam 4 (the decoding functions' ``beam_size``), length penalty alpha 0.6,
+maximum output length = input length + 50 (Section 6.1), average of the last
+5 (base) or 20 (big) checkpoints.
+
+:meth:`TransformerConfig.from_dict` reads a config saved by
+:meth:`TransformerConfig.to_dict` (a run folder's ``config.json``), also one of
+an earlier version with the retired fields ``beam_size`` and ``train_steps``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TransformerConfig", "PRESETS", "get_preset", "MODEL_FIELDS"]
+__all__ = ["TransformerConfig", "PRESETS", "get_preset", "MODEL_FIELDS", "RETIRED_FIELDS"]
 
 #: Fields that are arguments of :class:`keras_transformer.Transformer`.
 MODEL_FIELDS = (
@@ -35,11 +43,16 @@ MODEL_FIELDS = (
     "num_heads",
     "dff",
     "dropout_rate",
+    "attention_dropout_rate",
     "max_length",
     "tie_embeddings",
     "norm_first",
     "learned_positions",
 )
+
+#: Fields of earlier versions that nothing read, ignored by :meth:`TransformerConfig.from_dict`
+#: (``beam_size`` and ``train_steps``, removed after 0.1.0: decoding and training take them as arguments).
+RETIRED_FIELDS = ("beam_size", "train_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +67,8 @@ class TransformerConfig:
         num_heads: h, attention heads; ``d_k = d_v = d_model / num_heads``.
         dff: inner width of the position-wise feed-forward network (Eq. 2).
         dropout_rate: P_drop (Section 5.4).
+        attention_dropout_rate: dropout on the attention weights (not in the
+            paper; default 0).
         max_length: the longest sequence in tokens (including BOS/EOS) that
             the data pipeline keeps and that decoding produces.
         tie_embeddings: share the encoder embedding, decoder embedding and
@@ -66,13 +81,11 @@ class TransformerConfig:
         label_smoothing: epsilon_ls (Section 5.4).
         learning_rate_scale: multiplies Eq. 3 (1.0 is the paper).
         warmup_steps: of the learning-rate schedule (Eq. 3).
-        train_steps: optimizer steps of a full run.
         batch_tokens: tokens per batch (source or target side, padding
             included), Section 5.1.
         checkpoint_average: how many last checkpoints to average (Section 6.1).
 
     Decoding (Section 6.1):
-        beam_size: beams per sentence.
         length_penalty: alpha of Wu et al. (2016).
         extra_decode_length: maximum output length = input length + this.
 
@@ -87,6 +100,7 @@ class TransformerConfig:
     num_heads: int = 8
     dff: int = 2048
     dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.0
     max_length: int = 256
     tie_embeddings: bool = True
     norm_first: bool = False
@@ -94,10 +108,8 @@ class TransformerConfig:
     label_smoothing: float = 0.1
     learning_rate_scale: float = 1.0
     warmup_steps: int = 4000
-    train_steps: int = 100_000
     batch_tokens: int = 25_000
     checkpoint_average: int = 5
-    beam_size: int = 4
     length_penalty: float = 0.6
     extra_decode_length: int = 50
 
@@ -110,10 +122,8 @@ class TransformerConfig:
             "dff",
             "max_length",
             "warmup_steps",
-            "train_steps",
             "batch_tokens",
             "checkpoint_average",
-            "beam_size",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -123,7 +133,7 @@ class TransformerConfig:
                 f"TransformerConfig.d_model ({self.d_model}) must be divisible by "
                 f"TransformerConfig.num_heads ({self.num_heads})"
             )
-        for name in ("dropout_rate", "label_smoothing"):
+        for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"TransformerConfig.{name} must be in [0, 1), got {value!r}")
@@ -159,8 +169,33 @@ class TransformerConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serializable dict of every field."""
+        """A JSON-serializable dict of every field (:meth:`from_dict` inverts it)."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, mapping: Mapping[str, Any]) -> "TransformerConfig":
+        """The config of a :meth:`to_dict` dict, of this version or an earlier one.
+
+        Keys of :data:`RETIRED_FIELDS` (``beam_size``, ``train_steps``: in the
+        ``config.json`` of runs of version 0.1.0) are ignored; fields missing
+        from ``mapping`` (e.g. ``attention_dropout_rate``, added later) take
+        their defaults.
+
+        Args:
+            mapping: field name -> value, e.g. ``json.load`` of a run
+                folder's ``config.json`` ``["config"]``.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ValueError: naming any other unknown key, or for an invalid value.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(mapping) - known - set(RETIRED_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig field(s): {unknown}")
+        return cls(**{name: value for name, value in mapping.items() if name in known})
 
 
 PRESETS: dict[str, TransformerConfig] = {
@@ -173,7 +208,6 @@ PRESETS: dict[str, TransformerConfig] = {
         dff=4096,
         num_heads=16,
         dropout_rate=0.3,
-        train_steps=300_000,
         checkpoint_average=20,
     ),
     # A model for CPU work on small corpora such as Multi30k. Pre-LN and half the Eq. 3
@@ -189,7 +223,6 @@ PRESETS: dict[str, TransformerConfig] = {
         norm_first=True,
         learning_rate_scale=0.5,
         warmup_steps=400,
-        train_steps=4000,
         batch_tokens=2048,
         checkpoint_average=5,
     ),
@@ -203,10 +236,8 @@ PRESETS: dict[str, TransformerConfig] = {
         dropout_rate=0.0,
         max_length=32,
         warmup_steps=10,
-        train_steps=20,
         batch_tokens=256,
         checkpoint_average=2,
-        beam_size=2,
     ),
 }
 

@@ -1,7 +1,8 @@
 """The Transformer encoder-decoder (Vaswani et al., 2017, Section 3).
 
 :class:`Encoder` and :class:`Decoder` are stacks of N layers over already
-embedded inputs; :class:`Transformer` adds the embeddings (Sections 3.4-3.5),
+embedded inputs (one base class, ``_Stack``, holds what they share);
+:class:`Transformer` adds the embeddings (Sections 3.4-3.5),
 the pre-softmax projection (tied to the embeddings by default) and
 incremental decoding with a static-shape key/value cache.
 
@@ -40,9 +41,10 @@ import tensorflow as tf
 from keras import ops
 
 from keras_transformer.layers.attention import mask_to_bias
-from keras_transformer.layers.decoder_layer import DecoderLayer, layer_norm_rows
+from keras_transformer.layers.decoder_layer import DecoderLayer
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.positional_embedding import PositionalEmbedding
+from keras_transformer.layers.residual import layer_norm_rows
 
 __all__ = ["Encoder", "Decoder", "Transformer"]
 
@@ -63,17 +65,114 @@ def _check_cache_length(owner, max_length):
     _check_positive_int(owner, "max_length", max_length)
 
 
-def _check_common(owner, num_layers, d_model, num_heads, dff, dropout_rate):
+def _check_common(owner, num_layers, d_model, num_heads, dff, dropout_rate, attention_dropout_rate=0.0):
     for name, value in (("num_layers", num_layers), ("d_model", d_model), ("num_heads", num_heads), ("dff", dff)):
         _check_positive_int(owner, name, value)
     if d_model % num_heads:
         raise ValueError(f"{owner}: d_model ({d_model}) must be divisible by num_heads ({num_heads})")
-    if not 0.0 <= dropout_rate < 1.0:
-        raise ValueError(f"{owner}: dropout_rate must be in [0, 1), got {dropout_rate!r}")
+    for name, value in (("dropout_rate", dropout_rate), ("attention_dropout_rate", attention_dropout_rate)):
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"{owner}: {name} must be in [0, 1), got {value!r}")
+
+
+class _Stack(keras.layers.Layer):
+    """N layers of one class over embedded inputs, and pre-LN's final LayerNorm (Section 3.1).
+
+    The part :class:`Encoder` and :class:`Decoder` share: the argument check,
+    the N layers (``_layer_class``, named ``<prefix>_<i>``) in the list
+    attribute ``_layers_attribute`` (``encoder_layers`` / ``decoder_layers``:
+    attribute names are the paths of the weights in saved files), the
+    ``final_norm`` (None with post-LN), ``build``, ``compute_output_shape``
+    and ``get_config``. Arguments: see the subclasses.
+
+    Raises:
+        ValueError: for invalid sizes or rates (the message names the subclass).
+    """
+
+    _layer_class: type = None
+    _layers_attribute: str = None
+    #: The ``__init__`` arguments, in ``get_config``'s order.
+    _config_fields = (
+        "num_layers",
+        "d_model",
+        "num_heads",
+        "dff",
+        "dropout_rate",
+        "norm_first",
+        "layer_norm_epsilon",
+        "attention_dropout_rate",
+    )
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        dropout_rate: float = 0.1,
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        attention_dropout_rate: float = 0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        owner = type(self).__name__
+        _check_common(owner, num_layers, d_model, num_heads, dff, dropout_rate, attention_dropout_rate)
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.depth = d_model // num_heads
+        self.dropout_rate = dropout_rate
+        self.norm_first = norm_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.attention_dropout_rate = attention_dropout_rate
+        self.supports_masking = True
+        prefix = self._layers_attribute[: -len("s")]
+        layers = [
+            self._layer_class(
+                d_model,
+                num_heads,
+                dff,
+                dropout_rate=dropout_rate,
+                norm_first=norm_first,
+                attention_dropout_rate=attention_dropout_rate,
+                layer_norm_epsilon=layer_norm_epsilon,
+                dtype=self.dtype_policy,
+                name=f"{prefix}_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        setattr(self, self._layers_attribute, layers)
+        self.final_norm = (
+            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
+            if norm_first
+            else None
+        )
+
+    def _stack(self):
+        """The N layers, first to last."""
+        return getattr(self, self._layers_attribute)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def build(self, input_shape):
+        shape = (None, None, self.d_model)
+        for layer in self._stack():
+            layer.build(shape)
+        if self.final_norm is not None:
+            self.final_norm.build(shape)
+        self.built = True
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({name: getattr(self, name) for name in self._config_fields})
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(keras.layers.Layer):
+class Encoder(_Stack):
     """Stack of N :class:`EncoderLayer` (Section 3.1), over embedded inputs.
 
     With ``norm_first`` (pre-LN) a final LayerNorm normalizes the output.
@@ -81,14 +180,18 @@ class Encoder(keras.layers.Layer):
     stack is permutation-equivariant.
 
     Args:
-        num_layers: int, N.
-        d_model: int, model width.
-        num_heads: int, attention heads.
-        dff: int, feed-forward inner width.
-        dropout_rate: float, residual dropout P_drop.
-        norm_first: bool, pre-LN layers plus a final LayerNorm.
-        layer_norm_epsilon: float.
-        **kwargs: base layer arguments.
+        num_layers: int, N, the number of encoder layers.
+        d_model: int, model width (of the embedded source and every layer).
+        num_heads: int, heads of each layer's self-attention.
+        dff: int, feed-forward inner width (Eq. 2).
+        dropout_rate: float, residual dropout P_drop of the two sub-layers
+            of each layer (Section 5.4).
+        norm_first: bool, pre-LN layers plus a final LayerNorm of the
+            encoder output.
+        layer_norm_epsilon: float, epsilon of every LayerNorm.
+        attention_dropout_rate: float, dropout on the self-attention weights
+            (not in the paper; default 0).
+        **kwargs: base layer arguments (``name``, ``dtype``).
 
     Call arguments:
         inputs: float tensor ``[batch, S, d_model]`` (embedded source).
@@ -109,53 +212,8 @@ class Encoder(keras.layers.Layer):
     TensorShape([2, 5, 16])
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        dff: int,
-        dropout_rate: float = 0.1,
-        norm_first: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        _check_common("Encoder", num_layers, d_model, num_heads, dff, dropout_rate)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.dropout_rate = dropout_rate
-        self.norm_first = norm_first
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.supports_masking = True
-        self.encoder_layers = [
-            EncoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                dropout_rate=dropout_rate,
-                norm_first=norm_first,
-                layer_norm_epsilon=layer_norm_epsilon,
-                dtype=self.dtype_policy,
-                name=f"encoder_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
-            if norm_first
-            else None
-        )
-
-    def build(self, input_shape):
-        shape = (None, None, self.d_model)
-        for layer in self.encoder_layers:
-            layer.build(shape)
-        if self.final_norm is not None:
-            self.final_norm.build(shape)
-        self.built = True
+    _layer_class = EncoderLayer
+    _layers_attribute = "encoder_layers"
 
     def call(self, inputs, mask=None, training=None):
         x = inputs
@@ -165,39 +223,27 @@ class Encoder(keras.layers.Layer):
             x = self.final_norm(x)
         return x
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "dropout_rate": self.dropout_rate,
-                "norm_first": self.norm_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(keras.layers.Layer):
+class Decoder(_Stack):
     """Stack of N :class:`DecoderLayer` (Section 3.1), over embedded inputs.
 
     With ``norm_first`` (pre-LN) a final LayerNorm normalizes the output.
 
     Args:
-        num_layers: int, N.
-        d_model: int, model width.
-        num_heads: int, attention heads.
-        dff: int, feed-forward inner width.
-        dropout_rate: float, residual dropout P_drop.
-        norm_first: bool, pre-LN layers plus a final LayerNorm.
-        layer_norm_epsilon: float.
+        num_layers: int, N, decoder layers.
+        d_model: int, model width (of the embedded target, the encoder output
+            and every layer).
+        num_heads: int, heads of each layer's masked self-attention and
+            cross-attention.
+        dff: int, inner width of each layer's feed-forward network.
+        dropout_rate: float, P_drop, dropout on the output of each of the
+            three sub-layers before its residual add.
+        norm_first: bool, pre-LN: LayerNorm at each sub-layer's input, and a
+            final one on the decoder output.
+        layer_norm_epsilon: float, LayerNorm epsilon.
+        attention_dropout_rate: float, dropout on the self- and
+            cross-attention weights (none in the paper; default 0).
         **kwargs: base layer arguments.
 
     Call arguments:
@@ -229,54 +275,8 @@ class Decoder(keras.layers.Layer):
     TensorShape([2, 4, 16])
     """
 
-    def __init__(
-        self,
-        num_layers: int,
-        d_model: int,
-        num_heads: int,
-        dff: int,
-        dropout_rate: float = 0.1,
-        norm_first: bool = False,
-        layer_norm_epsilon: float = 1e-6,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        _check_common("Decoder", num_layers, d_model, num_heads, dff, dropout_rate)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.depth = d_model // num_heads
-        self.dropout_rate = dropout_rate
-        self.norm_first = norm_first
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.supports_masking = True
-        self.decoder_layers = [
-            DecoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                dropout_rate=dropout_rate,
-                norm_first=norm_first,
-                layer_norm_epsilon=layer_norm_epsilon,
-                dtype=self.dtype_policy,
-                name=f"decoder_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
-            if norm_first
-            else None
-        )
-
-    def build(self, input_shape):
-        shape = (None, None, self.d_model)
-        for layer in self.decoder_layers:
-            layer.build(shape)
-        if self.final_norm is not None:
-            self.final_norm.build(shape)
-        self.built = True
+    _layer_class = DecoderLayer
+    _layers_attribute = "decoder_layers"
 
     def init_cache(self, encoder_outputs, max_length=None):
         """Per-layer key/value caches for incremental decoding (Section 3.2.3).
@@ -365,25 +365,6 @@ class Decoder(keras.layers.Layer):
             x = layer_norm_rows(self.final_norm, x) if len(x.shape) == 2 else self.final_norm(x)
         return x if cache is None else (x, new_cache)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "dropout_rate": self.dropout_rate,
-                "norm_first": self.norm_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
-        return config
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(keras.Model):
     """The Transformer for machine translation, Section 3 (Figure 1).
@@ -419,6 +400,8 @@ class Transformer(keras.Model):
         tie_embeddings: bool, three-way weight tying (Section 3.4).
         norm_first: bool, pre-LN layers with final LayerNorms.
         learned_positions: bool, learned positions (Table 3, row E).
+        attention_dropout_rate: float, dropout on the attention weights of
+            every encoder and decoder layer (not in the paper; default 0).
         **kwargs: ``keras.Model`` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -452,12 +435,13 @@ class Transformer(keras.Model):
         tie_embeddings: bool = True,
         norm_first: bool = False,
         learned_positions: bool = False,
+        attention_dropout_rate: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         _check_positive_int("Transformer", "vocab_size", vocab_size)
         _check_positive_int("Transformer", "max_length", max_length)
-        _check_common("Transformer", num_layers, d_model, num_heads, dff, dropout_rate)
+        _check_common("Transformer", num_layers, d_model, num_heads, dff, dropout_rate, attention_dropout_rate)
         self.vocab_size = vocab_size
         self.num_layers = num_layers
         self.d_model = d_model
@@ -468,6 +452,7 @@ class Transformer(keras.Model):
         self.tie_embeddings = tie_embeddings
         self.norm_first = norm_first
         self.learned_positions = learned_positions
+        self.attention_dropout_rate = attention_dropout_rate
         policy = self.dtype_policy
 
         def embedding(name):
@@ -496,6 +481,7 @@ class Transformer(keras.Model):
             dff=dff,
             dropout_rate=dropout_rate,
             norm_first=norm_first,
+            attention_dropout_rate=attention_dropout_rate,
             dtype=policy,
         )
         self.encoder = Encoder(name="encoder", **common)
@@ -569,8 +555,8 @@ class Transformer(keras.Model):
             float32 logits ``[batch, T, vocab_size]``.
 
         Raises:
-            ValueError: with learned positions, for a target longer than
-                ``max_length``.
+            ValueError: for a target of more than ``max_length`` positions
+                (learned positions only).
         """
         if not self.built:
             self.build()
@@ -607,8 +593,8 @@ class Transformer(keras.Model):
             padded source positions get exactly 0.
 
         Raises:
-            ValueError: with learned positions, for a sequence longer than
-                ``max_length``.
+            ValueError: for a source or target of more than ``max_length``
+                positions (learned positions only).
         """
         if not self.built:
             self.build()
@@ -761,6 +747,7 @@ class Transformer(keras.Model):
                 "tie_embeddings": self.tie_embeddings,
                 "norm_first": self.norm_first,
                 "learned_positions": self.learned_positions,
+                "attention_dropout_rate": self.attention_dropout_rate,
             }
         )
         return config

@@ -65,15 +65,15 @@ def valid(multi30k_dir):
 
 def _train(spm_model, pairs, steps, learning_rate_scale=2.0, **overrides):
     """A d_model-64, 2+2-layer model after ``steps`` steps of 1,024-token batches (~0.1 s each on 2 cores)."""
-    from keras_transformer.training import trainer
+    from keras_transformer import training
 
     keras.utils.set_random_seed(0)
     tokenizer = SubwordTokenizer(spm_model)  # after seeding (the seed clears its SentencePiece resource)
     config = get_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=MAX_LENGTH, d_model=64, dff=256,
                         num_heads=4, warmup_steps=100, batch_tokens=1024, **overrides)
     data = make_dataset(prepare_pairs(*pairs, tokenizer, max_length=MAX_LENGTH), batch_tokens=1024, seed=0)
-    model = trainer.build_model(config)
-    trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=learning_rate_scale)
+    model = training.build_model(config)
+    training.compile_model(model, config, jit_compile=False, learning_rate_scale=learning_rate_scale)
     model.fit(data.repeat(), steps_per_epoch=steps, epochs=1, verbose=0)
     return model
 

@@ -151,6 +151,53 @@ def test_get_config_and_keras_round_trip(tmp_path):
     )
 
 
+
+def _attention_dropout_rates(model):
+    encoder = [layer.self_attention.dropout.rate for layer in model.encoder.encoder_layers]
+    decoder = [rate for layer in model.decoder.decoder_layers
+               for rate in (layer.self_attention.dropout.rate, layer.cross_attention.dropout.rate)]
+    return encoder + decoder
+
+
+def test_attention_dropout_rate_changes_training_outputs_only():
+    keras.utils.set_random_seed(0)
+    model = _tiny(attention_dropout_rate=0.3)  # tiny: dropout_rate 0, so attention dropout is the only noise
+    assert _attention_dropout_rates(model) == [0.3] * 6
+    assert _attention_dropout_rates(_tiny()) == [0.0] * 6
+    plain = _tiny()
+    model.build()
+    plain.build()
+    plain.set_weights(model.get_weights())
+    inference = _np(plain((SRC, TGT), training=False))
+    np.testing.assert_array_equal(_np(model((SRC, TGT), training=False)), inference)
+    np.testing.assert_array_equal(_np(plain((SRC, TGT), training=True)), inference)
+    trained = _np(model((SRC, TGT), training=True))
+    assert np.abs(trained - inference).max() > 1e-3
+    assert np.abs(_np(model((SRC, TGT), training=True)) - trained).max() > 1e-3  # a new mask each call
+
+
+def test_attention_dropout_rate_round_trips(tmp_path):
+    model = _tiny(attention_dropout_rate=0.25)
+    config = model.get_config()
+    assert config["attention_dropout_rate"] == 0.25
+    assert _attention_dropout_rates(Transformer.from_config(config)) == [0.25] * 6
+    expected = _np(model((SRC, TGT), training=False))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True, compile=False)
+    assert loaded.attention_dropout_rate == 0.25 and _attention_dropout_rates(loaded) == [0.25] * 6
+    np.testing.assert_allclose(_np(loaded((SRC, TGT), training=False)), expected, rtol=1e-6, atol=1e-6)
+    old = {k: v for k, v in config.items() if k != "attention_dropout_rate"}  # a config saved before the argument
+    assert Transformer.from_config(old).attention_dropout_rate == 0.0
+    for stack in (model.encoder, model.decoder):
+        assert stack.get_config()["attention_dropout_rate"] == 0.25
+        assert type(stack).from_config(stack.get_config()).get_config() == stack.get_config()
+    kwargs = get_preset("tiny").model_kwargs()
+    with pytest.raises(ValueError, match=r"Transformer: attention_dropout_rate must be in \[0, 1\), got 1.0"):
+        Transformer(**{**kwargs, "attention_dropout_rate": 1.0})
+    with pytest.raises(ValueError, match=r"Decoder: attention_dropout_rate must be in \[0, 1\), got -0.1"):
+        type(model.decoder)(num_layers=1, d_model=8, num_heads=2, dff=8, attention_dropout_rate=-0.1)
+
 def _train(model, steps):
     # Plain SGD and no XLA: cheap to trace on a loaded 2-core CPU.
     model.compile(

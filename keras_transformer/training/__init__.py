@@ -1,27 +1,51 @@
-"""Training: the learning-rate schedule (Eq. 3), Adam (Section 5.3), the loss (Section 5.4) and the trainer."""
+"""Training (Section 5): schedule, optimizer, loss, strategy, precision, train step, compile and fit.
 
+* :mod:`~keras_transformer.training.schedule`, :mod:`~keras_transformer.training.optimizer`:
+  the learning-rate schedule (Eq. 3) and Adam (Section 5.3);
+  :mod:`~keras_transformer.training.accumulation`: the schedule under gradient accumulation.
+* :mod:`~keras_transformer.training.losses`: the label-smoothed loss (Section 5.4).
+* :mod:`~keras_transformer.training.distribute`: the ``tf.distribute`` strategy and the
+  ``TF_CONFIG`` cluster (Section 5.2).
+* :mod:`~keras_transformer.training.precision`: mixed precision by hardware.
+* :mod:`~keras_transformer.training.train_step`: the globally token-normalized, per-replica XLA step.
+* :mod:`~keras_transformer.training.fixed_shapes`: batches padded to a bounded set of shapes for XLA.
+* :mod:`~keras_transformer.training.compile`: building and compiling the model.
+* :mod:`~keras_transformer.training.fitting`: resumable ``model.fit`` runs (:func:`fit`).
+* :mod:`~keras_transformer.training.checkpoints`, :mod:`~keras_transformer.training.validation`,
+  :mod:`~keras_transformer.training.progress`: checkpoints and averaging (Section 6.1),
+  validation BLEU, progress output.
+* :mod:`~keras_transformer.training.keras_internals`: every use of private Keras attributes.
+"""
+
+from keras_transformer.training.compile import build_model, compile_model, default_jit_compile
+from keras_transformer.training.distribute import get_strategy, in_cluster, is_chief, task_dir
+from keras_transformer.training.fitting import TimeBudget, fit, with_known_length
+from keras_transformer.training.fixed_shapes import fixed_shape_batches
 from keras_transformer.training.losses import MaskedLabelSmoothedCrossEntropy, masked_accuracy, token_losses
 from keras_transformer.training.optimizer import FusedAdam
+from keras_transformer.training.precision import PRECISION_POLICIES, set_precision
 from keras_transformer.training.schedule import WarmupSchedule, paper_optimizer
+from keras_transformer.training.train_step import install_train_step
 
 __all__ = [
+    "PRECISION_POLICIES",
     "FusedAdam",
     "MaskedLabelSmoothedCrossEntropy",
+    "TimeBudget",
     "WarmupSchedule",
+    "build_model",
+    "compile_model",
+    "default_jit_compile",
+    "fit",
+    "fixed_shape_batches",
+    "get_strategy",
+    "in_cluster",
+    "install_train_step",
+    "is_chief",
     "masked_accuracy",
     "paper_optimizer",
+    "set_precision",
+    "task_dir",
     "token_losses",
+    "with_known_length",
 ]
-
-# TEMPORARY (runner branch, replaced by the trainer split): the names the runner imports.
-from keras_transformer.training.trainer import (  # noqa: E402
-    build_model, compile_model, default_jit_compile, fit, get_strategy, set_precision,
-)
-
-
-def in_cluster() -> bool:
-    import json
-    import os
-
-    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-    return sum(len(v) for v in cluster.values()) > 1

@@ -203,7 +203,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
 
     Keeps the last ``keep`` checkpoints (for :func:`average_checkpoints`,
     Section 6.1) and a ``state.json`` recording the epoch, the batch within
-    it, and the update step, so that :func:`keras_transformer.training.trainer.fit`
+    it, and the update step, so that :func:`keras_transformer.training.fitting.fit`
     resumes a killed run where it stopped (mid-epoch included).
 
     Args:

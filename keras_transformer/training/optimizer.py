@@ -23,6 +23,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.training.keras_internals import adam_slots
+
 __all__ = ["FusedAdam"]
 
 _FUSED_DTYPES = (tf.float32, tf.float64)
@@ -71,14 +73,14 @@ class FusedAdam(keras.optimizers.Adam):
         dtype = tf.as_dtype(variable.dtype)
         if self.amsgrad or keras.backend.backend() != "tensorflow" or dtype not in _FUSED_DTYPES:
             return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
+        momentum, velocity = adam_slots(self, variable)
         step = tf.cast(self.iterations + 1, dtype)
         beta_1 = tf.constant(self.beta_1, dtype)
         beta_2 = tf.constant(self.beta_2, dtype)
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable),
-            m=_handle(self._momentums[index]),
-            v=_handle(self._velocities[index]),
+            m=_handle(momentum),
+            v=_handle(velocity),
             beta1_power=tf.pow(beta_1, step),
             beta2_power=tf.pow(beta_2, step),
             lr=tf.cast(learning_rate, dtype),

@@ -25,6 +25,10 @@ CPUs, older Intel ones) TensorFlow falls back to Eigen. ``default_onednn``
 (AVX2, no bfloat16), the ``small`` training step took 826-878 ms with oneDNN
 and 1,387-1,558 ms without (``scripts/bench/train_efficiency.py``, alternated
 runs). It is read once, when TensorFlow loads, so it must be set before.
+
+:func:`set_precision` sets Keras' global dtype policy, one of
+:data:`PRECISION_POLICIES` or ``"auto"`` (:func:`resolve_precision`), before
+the model is built.
 """
 
 from __future__ import annotations
@@ -32,10 +36,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-__all__ = ["AUTO", "cpu_bfloat16_flags", "choose_precision", "resolve_precision"]
+__all__ = [
+    "AUTO",
+    "PRECISION_POLICIES",
+    "choose_precision",
+    "cpu_bfloat16_flags",
+    "resolve_precision",
+    "set_precision",
+]
 
 #: The ``--precision`` value that picks by hardware.
 AUTO = "auto"
+#: The Keras dtype policies :func:`set_precision` accepts.
+PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 #: /proc/cpuinfo flags of native bfloat16 matrix instructions on x86.
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -125,3 +138,34 @@ def resolve_precision(precision: str | None) -> tuple[str, str]:
         return choose_precision()
     return precision, "asked for"
 
+
+def set_precision(policy: str | None) -> tuple[str, str]:
+    """Sets Keras' global dtype policy; call it before building the model.
+
+    ``mixed_float16`` (GPU): float16 compute, float32 variables; ``compile``
+    then wraps the optimizer in ``keras.optimizers.LossScaleOptimizer``
+    (dynamic loss scaling). ``mixed_bfloat16`` (TPU, recent CPUs and GPUs): no
+    loss scaling needed. Logits stay float32 (the model's contract).
+    ``"auto"`` picks by hardware (:func:`choose_precision`).
+
+    Args:
+        policy: ``"auto"``, one of :data:`PRECISION_POLICIES`, or ``None``
+            (float32).
+
+    Returns:
+        ``(policy, reason)``: the policy set and why (for ``"auto"``: the
+        hardware feature that decided it).
+
+    Raises:
+        ValueError: for another policy name.
+    """
+    import keras
+
+    if policy == AUTO:
+        policy, reason = resolve_precision(policy)
+    else:
+        policy, reason = policy or "float32", "asked for"
+    if policy not in PRECISION_POLICIES:
+        raise ValueError(f"unknown precision policy {policy!r}; choose one of {PRECISION_POLICIES} or 'auto'")
+    keras.config.set_dtype_policy(policy)
+    return policy, reason

@@ -25,7 +25,7 @@ gives the same weights with the same search on the same sentences. It:
 :class:`EarlyStopping` stops training after ``patience`` evaluations without
 improvement of ``val_bleu`` (each BLEU evaluation) or ``val_loss`` (each
 epoch). Keras' own ``keras.callbacks.EarlyStopping`` does not fit the
-resumable training of :func:`keras_transformer.training.trainer.fit`: it
+resumable training of :func:`keras_transformer.training.fitting.fit`: it
 resets its count at every ``model.fit`` call (a resumed run calls ``fit``
 twice: the rest of the interrupted epoch, then the following epochs) and
 forgets it when the process is killed, and it only looks at epoch ends, not
@@ -36,10 +36,10 @@ re-run of a stopped run trains nothing.
 
 Under ``tf.distribute`` every process evaluates (the same weights give the
 same translations, so all workers take the same decision to stop), and only
-the chief (:func:`keras_transformer.training.trainer.is_chief`) prints and
+the chief (:func:`keras_transformer.training.distribute.is_chief`) prints and
 writes the best model, its files and the TensorBoard scalars; the others
 keep their early-stopping state in their own folder
-(:func:`keras_transformer.training.trainer.task_dir`), like their checkpoints.
+(:func:`keras_transformer.training.distribute.task_dir`), like their checkpoints.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _step(model) -> int:
 
 
 def _is_chief() -> bool:
-    from keras_transformer.training.trainer import is_chief
+    from keras_transformer.training.distribute import is_chief
 
     return is_chief()
 
@@ -88,7 +88,7 @@ class EarlyStopping(keras.callbacks.Callback):
     ``min_delta`` (higher BLEU/chrF, lower loss); after ``patience``
     evaluations in a row that do not, ``model.stop_training`` is set (the
     training loop stops after the current batch, and
-    :func:`~keras_transformer.training.trainer.fit` checkpoints the
+    :func:`~keras_transformer.training.fitting.fit` checkpoints the
     position).
 
     The history of evaluations is kept in ``early_stopping.json`` in the
@@ -147,7 +147,7 @@ class EarlyStopping(keras.callbacks.Callback):
         """``early_stopping.json`` in this process's task folder, or None without ``model_dir``."""
         if self.model_dir is None:
             return None
-        from keras_transformer.training.trainer import task_dir
+        from keras_transformer.training.distribute import task_dir
 
         return task_dir(self.model_dir) / EARLY_STOPPING_STATE
 
@@ -299,7 +299,7 @@ class ValidationBLEU(keras.callbacks.Callback):
         hypotheses: the translations of the latest evaluation (``list[str]``).
         best: the best-BLEU record (read back from ``best_bleu.weights.h5.json``
             on resume), or None.
-        seconds: wall time spent evaluating (the trainer's time budget leaves
+        seconds: wall time spent evaluating (fit's time budget, ``TimeBudget``, leaves
             it out).
 
     Raises:
@@ -508,7 +508,7 @@ class ValidationBLEU(keras.callbacks.Callback):
     # ------------------------------------------------------------------ Keras hooks
 
     def on_train_begin(self, logs=None):
-        if self._started:  # trainer.fit calls model.fit twice when resuming mid-epoch
+        if self._started:  # training.fit calls model.fit twice when resuming mid-epoch
             return
         self._started = True
         best_file = None if self.best_path is None else pathlib.Path(str(self.best_path) + ".json")

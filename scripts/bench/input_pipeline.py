@@ -6,7 +6,7 @@ tokens (source + target slots) and the real tokens per second delivered by
 ``tf.data`` (best of ``--repeats`` full epochs, after one warm-up epoch), and
 prints the ratio. Then, in the same run, the real tokens per second that the
 training step of the ``small`` preset CONSUMES on the bucketed batches (a
-model from ``trainer.build_model``/``compile_model``, ``--train-steps`` steps
+model from ``training.build_model``/``compile_model``, ``--train-steps`` steps
 after ``--warmup-steps``, XLA as ``compile_model``'s default), and the ratio
 pipeline tokens/s / training tokens/s (target: >= 10, so the input pipeline is
 never the bottleneck). Tokens are real (non-padding) source + target tokens in
@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402  (sets KERAS_BACKEND and sys.path)
 
+from keras_transformer import training  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data import dataset_statistics, make_dataset  # noqa: E402
-from keras_transformer.training import trainer  # noqa: E402
 
 
 def measure(dataset, repeats: int) -> dict:
@@ -53,13 +53,13 @@ def training_consumption(prepared, vocab_size: int, batch_tokens: int, steps: in
     """Real source+target tokens/s consumed by the small preset's train step on bucketed batches."""
     config = get_preset("small", vocab_size=vocab_size, batch_tokens=batch_tokens)
     batches = _common.as_numpy(make_dataset(prepared, batch_tokens=batch_tokens, seed=1), limit=warmup + steps)
-    model = trainer.build_model(config)
-    trainer.compile_model(model, config, jit_compile=jit_compile)
+    model = training.build_model(config)
+    training.compile_model(model, config, jit_compile=jit_compile)
     _common.timed_fit(model, batches[:warmup], warm=0)  # traces (and compiles) once
     run = _common.timed_fit(model, batches, warm=warmup)
     tokens = _common.real_tokens(batches[warmup:], "both")
     return dict(steps=run["steps"], seconds=run["seconds"], tokens_per_second=tokens / run["seconds"],
-                jit_compile=trainer.default_jit_compile() if jit_compile == "auto" else jit_compile)
+                jit_compile=training.default_jit_compile() if jit_compile == "auto" else jit_compile)
 
 
 def main(argv=None) -> int:

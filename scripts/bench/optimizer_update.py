@@ -31,8 +31,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_transformer import training  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
-from keras_transformer.training import trainer  # noqa: E402
 from keras_transformer.training.optimizer import FusedAdam  # noqa: E402
 from keras_transformer.training.schedule import WarmupSchedule  # noqa: E402
 
@@ -40,7 +40,7 @@ from keras_transformer.training.schedule import WarmupSchedule  # noqa: E402
 def measure(cls, config, steps: int) -> dict:
     """Trace time, op count and best ms per update of ``cls`` on a fresh model of ``config``."""
     keras.utils.set_random_seed(0)
-    model = trainer.build_model(config)
+    model = training.build_model(config)
     variables = model.trainable_variables
     optimizer = cls(WarmupSchedule(config.d_model, config.warmup_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     optimizer.build(variables)

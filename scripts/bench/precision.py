@@ -1,7 +1,7 @@
 """Training throughput by precision policy: float32 vs mixed_bfloat16 (and mixed_float16) on this machine.
 
-Builds the ``small`` preset once per policy (``trainer.set_precision`` before
-``trainer.build_model``; float32 variables, low-precision compute, softmax,
+Builds the ``small`` preset once per policy (``training.set_precision`` before
+``training.build_model``; float32 variables, low-precision compute, softmax,
 logits and loss in float32), trains each on the same token-bucketed Multi30k
 batches (``make_dataset(batch_tokens=2048)``, what ``run`` uses), and times
 the steps after warm-up. Measurements are interleaved (A B A B ...) over
@@ -31,9 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  (sets sys.path to the repository)
 import keras  # noqa: E402
 
+from keras_transformer import training  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data import make_dataset  # noqa: E402
-from keras_transformer.training import trainer  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--data-dir", default=os.environ.get("KERAS_TRANSFORMER_DATA"))
@@ -52,11 +52,11 @@ def main(argv=None) -> int:
     policies = ["float32", "mixed_bfloat16"] + (["mixed_float16"] if args.float16 else [])
     models = {}
     for policy in policies:
-        trainer.set_precision(policy)
+        training.set_precision(policy)
         keras.utils.set_random_seed(0)
-        models[policy] = trainer.build_model(config)
-        trainer.compile_model(models[policy], config, jit_compile=False)
-    trainer.set_precision("float32")
+        models[policy] = training.build_model(config)
+        training.compile_model(models[policy], config, jit_compile=False)
+    training.set_precision("float32")
     for policy in policies:  # trace every train function once
         _common.timed_fit(models[policy], batches[: args.warmup], warm=0)
     totals = {p: dict(seconds=0.0, tokens=0) for p in policies}

@@ -46,9 +46,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_transformer import training  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data import make_dataset  # noqa: E402
-from keras_transformer.training import trainer  # noqa: E402
 from keras_transformer.training.precision import cpu_bfloat16_flags  # noqa: E402
 
 
@@ -166,10 +166,10 @@ def main(argv=None) -> int:
         flops = model_flops(config, source_tokens, target_tokens)
         attention = attention_flops(config, timed)
         for precision in args.precisions.split(","):
-            trainer.set_precision(precision)
+            training.set_precision(precision)
             keras.utils.set_random_seed(0)
-            model = trainer.build_model(config)
-            trainer.compile_model(model, config, jit_compile=False)
+            model = training.build_model(config)
+            training.compile_model(model, config, jit_compile=False)
             run = _common.timed_fit(model, batches, warm=args.warmup)
             step = run["seconds"] / run["steps"]
             dtype = tf.bfloat16 if "bfloat16" in precision else (tf.float16 if "float16" in precision else tf.float32)
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
                 print(f"  profile (op self time, {total:.0f} ms per step in ops over both threads):")
                 for name, ms, calls in ops[: args.top]:
                     print(f"    {name:32s} {ms:8.1f} ms {100 * ms / total:5.1f}%  {calls:5d} calls")
-            trainer.set_precision("float32")
+            training.set_precision("float32")
 
     print(f"\n{'preset':8s} {'precision':16s} {'ms/step':>8s} {'achieved':>10s} {'peak':>10s} {'ratio':>6s}  "
           "(GFLOP/s of 6N; attention adds the last column)")

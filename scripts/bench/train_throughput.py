@@ -3,7 +3,7 @@
 Measures real (non-padding) TARGET tokens per second of training, in one run,
 on the same Multi30k train ids (shared 8k SentencePiece vocabulary):
 
-* ours, XLA off: ``trainer.build_model`` + ``compile_model(jit_compile=False)``
+* ours, XLA off: ``training.build_model`` + ``compile_model(jit_compile=False)``
   on token-bucketed batches (``make_dataset(batch_tokens=2048)``, the ``small``
   preset, ``padding="bucket"`` as the ``run`` command uses);
 * ours, XLA on: ``compile_model(jit_compile=True)`` on ``padding="fixed"``
@@ -25,7 +25,7 @@ on a shared machine hits every configuration alike; only ratios measured in
 the same run are meaningful. Prints a table and the decomposition of the gain:
 target tokens/s = target slots/s x (1 - target padding fraction).
 
-Usage:
+Usage (keras-hub is the ``bench`` extra: ``pip install -e ".[bench]"``):
     KERAS_TRANSFORMER_DATA=/path/to/data python scripts/bench/train_throughput.py [--steps 24] [--rounds 2] [--quick]
 """
 
@@ -44,15 +44,28 @@ import _common  # noqa: E402  (sets sys.path to the repository)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from keras_transformer import training  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
 from keras_transformer.data import dataset_statistics, make_dataset  # noqa: E402
-from keras_transformer.training import trainer  # noqa: E402
+
+
+def import_keras_hub():
+    """The ``keras_hub`` module, for the baseline.
+
+    Raises:
+        SystemExit: when keras-hub is not installed (it is the ``bench`` extra), saying how to install it.
+    """
+    try:
+        import keras_hub
+    except ImportError as error:
+        raise SystemExit(f'the keras-hub baseline needs keras-hub ({error}): pip install -e ".[bench]"') from error
+    return keras_hub
 
 
 def build_baseline(vocab_size: int, max_length: int, d_model: int, num_layers: int, num_heads: int, dff: int,
                    dropout_rate: float) -> keras.Model:
     """The keras-hub tutorial Transformer of the same size, compiled for ``model.fit``."""
-    import keras_hub
+    keras_hub = import_keras_hub()
 
     source = keras.Input((None,), dtype="int32", name="source_ids")
     target_in = keras.Input((None,), dtype="int32", name="target_in_ids")
@@ -93,6 +106,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.rounds, args.xla_shapes = 6, 2, 1
+    import_keras_hub()  # before any work: say how to install it
 
     prepared, tokenizer = _common.load_prepared(args.data_dir, 8000, 128)
     config = get_preset("small", vocab_size=tokenizer.vocab_size)
@@ -105,8 +119,8 @@ def main(argv=None) -> int:
     batches = {"ours": _common.as_numpy(ours_ds, limit=n), "baseline": _common.as_numpy(base_ds, limit=n)}
     models = {}
     keras.utils.set_random_seed(0)
-    models["ours"] = trainer.build_model(config)
-    trainer.compile_model(models["ours"], config, jit_compile=False)
+    models["ours"] = training.build_model(config)
+    training.compile_model(models["ours"], config, jit_compile=False)
     models["baseline"] = build_baseline(tokenizer.vocab_size, config.max_length, config.d_model, config.num_layers,
                                         config.num_heads, config.dff, config.dropout_rate)
     compile_seconds = []
@@ -115,8 +129,8 @@ def main(argv=None) -> int:
         frequent = [shape for shape, _ in collections.Counter(x[0].shape for x, _ in epoch).most_common(args.xla_shapes)]
         chosen = [b for b in epoch if b[0][0].shape in frequent]
         batches["ours_xla"] = (chosen * (n // len(chosen) + 1))[:n]
-        models["ours_xla"] = trainer.build_model(config)
-        trainer.compile_model(models["ours_xla"], config, jit_compile=True)
+        models["ours_xla"] = training.build_model(config)
+        training.compile_model(models["ours_xla"], config, jit_compile=True)
         first = [next(b for b in epoch if b[0][0].shape == shape) for shape in frequent]
         # Compile each chosen shape (timed), then once more each: compile time = first - second.
         firsts = _common.timed_fit(models["ours_xla"], first, warm=0)["step_seconds"]

@@ -348,7 +348,7 @@ def pipeline_vs_training(prepared_dir, args) -> dict:
     from keras_transformer.config import get_preset
     from keras_transformer.data.prepared import open_prepared
     from keras_transformer.data.streaming import make_streaming_batches
-    from keras_transformer.training import trainer
+    from keras_transformer import training
 
     corpus = open_prepared(prepared_dir)
     out = {}
@@ -367,12 +367,12 @@ def pipeline_vs_training(prepared_dir, args) -> dict:
         out[tokens] = {"batches": n, "of": batches.steps_per_epoch, "seconds": seconds,
                        "tokens_per_second": real / seconds, "padding": 1 - real / slots}
 
-    precision, why = trainer.set_precision("auto")
+    precision, why = training.set_precision("auto")
     config = get_preset("base", vocab_size=corpus.manifest["vocabulary"]["vocab_size"],
                         batch_tokens=args.train_batch_tokens, max_length=corpus.max_length)
-    jit = trainer.default_jit_compile()
-    model = trainer.build_model(config)
-    trainer.compile_model(model, config, jit_compile=jit)
+    jit = training.default_jit_compile()
+    model = training.build_model(config)
+    training.compile_model(model, config, jit_compile=jit)
     warm, timed = 2, args.train_steps
     data = []
     for (source, target_in), target_out in make_streaming_batches(

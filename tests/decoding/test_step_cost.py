@@ -18,7 +18,7 @@ import tensorflow as tf
 from keras_transformer.decoding import Translator
 from keras_transformer.export import export_saved_model
 from keras_transformer.layers.attention import MASK_VALUE, attention_weights, mask_to_bias
-from keras_transformer.layers.decoder_layer import layer_norm_rows
+from keras_transformer.layers.residual import layer_norm_rows
 
 MAX_LENGTH = 20
 SENTENCES = ["A dog runs in the park.", "Two men are playing soccer near a tree.", "", "A woman sings."]

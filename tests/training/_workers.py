@@ -7,7 +7,7 @@ Usage: ``python tests/training/_workers.py MODE OUT_JSON [options]``. Modes:
   on the same global batches; writes both loss lists and weight differences.
 * ``worker``: one task of a ``MultiWorkerMirroredStrategy`` cluster
   (``TF_CONFIG`` set by the caller), or a single process without it.
-* ``mirrored_bleu``: two logical CPU devices; ``trainer.fit`` of the tiny
+* ``mirrored_bleu``: two logical CPU devices; ``training.fit`` of the tiny
   Transformer on real Multi30k pairs under ``MirroredStrategy`` with
   validation BLEU every 3 steps; then the same sentences translated by a
   single-device copy of the final weights and scored with ``score_corpus``;
@@ -16,10 +16,10 @@ Usage: ``python tests/training/_workers.py MODE OUT_JSON [options]``. Modes:
   at each evaluation and epoch end, and the best-by-BLEU and best-by-loss
   weights reloaded on one device.
   Needs ``KERAS_TRANSFORMER_DATA`` (the folder holding ``multi30k/``).
-* ``resume``: ``trainer.fit`` with checkpoints every step; logs each batch
+* ``resume``: ``training.fit`` with checkpoints every step; logs each batch
   (epoch, batch, optimizer step) to ``OUT_JSON`` lines; sleeps per batch so a
   test can kill it mid-epoch.
-* ``stream PREPARED_DIR MODEL_DIR EPOCHS BATCH_TOKENS [WIDTHS]``: ``trainer.fit`` on
+* ``stream PREPARED_DIR MODEL_DIR EPOCHS BATCH_TOKENS [WIDTHS]``: ``training.fit`` on
   batches streamed from a prepared folder (one worker, or a task of the
   ``TF_CONFIG`` cluster), checkpoints every step; a probe logs every batch the
   training consumes (position, the hashes of its real pairs) and a callback
@@ -50,8 +50,8 @@ if MODE in ("mirrored", "mirrored_bleu"):
 
 import keras  # noqa: E402
 
+from keras_transformer import training  # noqa: E402
 from keras_transformer.config import get_preset  # noqa: E402
-from keras_transformer.training import trainer  # noqa: E402
 
 keras.config.disable_traceback_filtering()
 CONFIG = get_preset("tiny", warmup_steps=2)
@@ -97,8 +97,8 @@ class StepLosses(keras.callbacks.Callback):
 def train(strategy, batches, jit_compile, epochs=1):
     with strategy.scope():
         keras.utils.set_random_seed(7)
-        model = trainer.build_model(CONFIG)
-        trainer.compile_model(model, CONFIG, jit_compile=jit_compile)
+        model = training.build_model(CONFIG)
+        training.compile_model(model, CONFIG, jit_compile=jit_compile)
     recorder = StepLosses()
     model.fit(as_dataset(batches), epochs=epochs, verbose=0, callbacks=[recorder])
     # Per-step losses from the running means: l_k = k*m_k - (k-1)*m_{k-1}.
@@ -168,8 +168,8 @@ def stream(prepared_dir, model_dir, epochs, batch_tokens, widths=None):
     config = get_preset("tiny", warmup_steps=2, vocab_size=corpus.manifest["vocabulary"]["vocab_size"],
                         max_length=corpus.max_length)
     with strategy.scope():
-        model = trainer.build_model(config)
-        trainer.compile_model(model, config, jit_compile=False)
+        model = training.build_model(config)
+        training.compile_model(model, config, jit_compile=False)
 
     class Log(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -180,7 +180,7 @@ def stream(prepared_dir, model_dir, epochs, batch_tokens, widths=None):
             log({"epoch": self.epoch, "step": step})
             time.sleep(float(os.environ.get("WORKER_SLEEP", "0")))
 
-    trainer.fit(model, Probed(), model_dir=model_dir, epochs=int(epochs), save_freq=1, keep_checkpoints=2,
+    training.fit(model, Probed(), model_dir=model_dir, epochs=int(epochs), save_freq=1, keep_checkpoints=2,
                 tensorboard=False, callbacks=[Log()], verbose=0)
     log({"done": True, "steps_per_epoch": inner.steps_per_epoch,
          "step": int(keras.ops.convert_to_numpy(model.optimizer.iterations))})
@@ -190,7 +190,7 @@ def main():
     result = {}
     if MODE == "mirrored":
         batches = uneven_batches(4)
-        strategy = trainer.get_strategy("mirrored")
+        strategy = training.get_strategy("mirrored")
         result["replicas"] = strategy.num_replicas_in_sync
         m2, l2 = train(strategy, batches, jit_compile=True)
         result["replica_traces"] = m2.replica_gradients.experimental_get_tracing_count()
@@ -219,14 +219,14 @@ def main():
         result["max_grad"] = max(float(np.max(np.abs(b.numpy()))) for b in grads1)
     elif MODE == "worker":
         batches = uneven_batches(3)
-        strategy = trainer.get_strategy("multi_worker" if "TF_CONFIG" in os.environ else "default")
+        strategy = training.get_strategy("multi_worker" if "TF_CONFIG" in os.environ else "default")
         result["replicas"] = strategy.num_replicas_in_sync
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
         with strategy.scope():
             keras.utils.set_random_seed(7)
-            model = trainer.build_model(CONFIG)
-            trainer.compile_model(model, CONFIG, jit_compile=True)
+            model = training.build_model(CONFIG)
+            training.compile_model(model, CONFIG, jit_compile=True)
         recorder = StepLosses()
         model.fit(as_dataset(batches).with_options(options), epochs=1, verbose=0, callbacks=[recorder])
         result["losses"] = recorder.means
@@ -258,21 +258,21 @@ def main():
         keras.utils.set_random_seed(7)
         tokenizer = SubwordTokenizer(spm)
         config = get_preset("tiny", vocab_size=tokenizer.vocab_size, warmup_steps=10)
-        strategy = trainer.get_strategy("mirrored")
+        strategy = training.get_strategy("mirrored")
         result["replicas"] = strategy.num_replicas_in_sync
         prepared = prepare_pairs(train_src, train_tgt, tokenizer, config.max_length)
         dataset = make_dataset(prepared, batch_tokens=config.batch_tokens, padding="fixed", shuffle=False,
                                num_replicas=2).take(6)
         with strategy.scope():
-            model = trainer.build_model(config)
-            trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=0.02)
+            model = training.build_model(config)
+            training.compile_model(model, config, jit_compile=False, learning_rate_scale=0.02)
         callback = ValidationBLEU(valid_src, valid_ref, tokenizer, config, every_steps=3, model_dir=model_dir)
-        trainer.fit(model, dataset, model_dir=model_dir, epochs=1, verbose=0, validation_bleu=callback)
+        training.fit(model, dataset, model_dir=model_dir, epochs=1, verbose=0, validation_bleu=callback)
         result["evaluations"] = callback.evaluations
         result["callback_hypotheses"] = callback.hypotheses
         result["step"] = int(model.optimizer.iterations.numpy())
         result["variable_type"] = type(model.trainable_variables[0].value).__name__
-        single = trainer.build_model(config)  # outside the strategy: one device
+        single = training.build_model(config)  # outside the strategy: one device
         single.set_weights(model.get_weights())
         translator = Translator(single, tokenizer, max_length=config.max_length,
                                 extra_decode_length=config.extra_decode_length, beam_size=1)
@@ -304,14 +304,14 @@ def main():
         scripted = iter([5.0, 7.0, 6.0, 6.5, 99.0])
         stop_dir = model_dir / "stopping"
         with strategy.scope():
-            model = trainer.build_model(config)
-            trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=0.02)
+            model = training.build_model(config)
+            training.compile_model(model, config, jit_compile=False, learning_rate_scale=0.02)
         valid = make_dataset(prepare_pairs(valid_src, valid_ref, tokenizer, config.max_length),
                              batch_tokens=config.batch_tokens, padding="fixed", num_replicas=2)
         stopping = EarlyStopping("val_bleu", patience=2, model_dir=stop_dir)
         callback = ScriptedBLEU(valid_src, valid_ref, tokenizer, config, every_steps=2, model_dir=stop_dir,
                                 early_stopping=stopping, tensorboard=False)
-        history = trainer.fit(model, dataset, model_dir=stop_dir, epochs=3, validation_data=valid, verbose=0,
+        history = training.fit(model, dataset, model_dir=stop_dir, epochs=3, validation_data=valid, verbose=0,
                               validation_bleu=callback, early_stopping=stopping, callbacks=[EpochEnds()])
         result["stop_step"] = int(model.optimizer.iterations.numpy())
         result["stop_history"] = stopping.history
@@ -326,8 +326,8 @@ def main():
         model_dir, epochs, steps = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         batches = uneven_batches(steps, seed=3)
         keras.utils.set_random_seed(7)
-        model = trainer.build_model(CONFIG)
-        trainer.compile_model(model, CONFIG, jit_compile=False)
+        model = training.build_model(CONFIG)
+        training.compile_model(model, CONFIG, jit_compile=False)
 
         class Log(keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):
@@ -339,7 +339,7 @@ def main():
                     f.write(json.dumps({"pid": os.getpid(), "epoch": self.epoch, "step": step}) + "\n")
                 time.sleep(float(os.environ.get("WORKER_SLEEP", "0")))
 
-        trainer.fit(model, as_dataset(batches), model_dir=model_dir, epochs=epochs, save_freq=1,
+        training.fit(model, as_dataset(batches), model_dir=model_dir, epochs=epochs, save_freq=1,
                     keep_checkpoints=3, tensorboard=True, callbacks=[Log()], verbose=0)
         with open(OUT, "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "done": True,

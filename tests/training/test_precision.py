@@ -3,7 +3,7 @@
 import keras
 import pytest
 
-from keras_transformer.training import trainer
+from keras_transformer import training
 from keras_transformer.training.precision import choose_precision, cpu_bfloat16_flags, resolve_precision
 
 CPUINFO = """processor\t: 0
@@ -53,10 +53,10 @@ def test_resolve_and_set_precision(monkeypatch):
     assert resolve_precision("mixed_float16") == ("mixed_float16", "asked for")
     monkeypatch.delenv("KERAS_TRANSFORMER_PRECISION")
     try:
-        policy, reason = trainer.set_precision("auto")  # this machine's choice
+        policy, reason = training.set_precision("auto")  # this machine's choice
         assert (policy, reason) == choose_precision()
         assert keras.config.dtype_policy().name == policy
-        assert policy in trainer.PRECISION_POLICIES
+        assert policy in training.PRECISION_POLICIES
     finally:
-        trainer.set_precision("float32")
+        training.set_precision("float32")
     assert keras.config.dtype_policy().name == "float32"

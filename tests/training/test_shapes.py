@@ -3,7 +3,7 @@
 ``make_dataset(..., padding="fixed")`` gives every batch of bucket ``w`` the
 shape ``[batch_tokens // w, w]`` on both sides, so an epoch of real Multi30k
 pairs of varied lengths has one batch shape per non-empty bucket, and the
-per-replica XLA step (``trainer.compile_model(jit_compile=True)``) compiles once
+per-replica XLA step (``training.compile_model(jit_compile=True)``) compiles once
 per shape. Compilations are counted from the HLO modules XLA dumps
 (``XLA_FLAGS=--xla_dump_to=DIR``, one ``*replica_gradients*.before_optimizations.txt``
 per compilation) in a subprocess: this file, run as a script, trains the model.
@@ -54,7 +54,7 @@ def _child(out_path, data_dir):
     import numpy as np
 
     from keras_transformer.data.pipeline import make_dataset
-    from keras_transformer.training import trainer
+    from keras_transformer import training
 
     with tempfile.TemporaryDirectory() as workdir:
         prepared, widths, config = _prepare(data_dir, workdir)
@@ -62,13 +62,13 @@ def _child(out_path, data_dir):
     buckets = sorted({next(w for w in widths if w >= n) for n in longest.tolist()})
     dataset = make_dataset(prepared, batch_tokens=BATCH_TOKENS, widths=widths, padding="fixed", seed=0)
     keras.utils.set_random_seed(0)
-    model = trainer.build_model(config)
-    trainer.compile_model(model, config, jit_compile=True)
+    model = training.build_model(config)
+    training.compile_model(model, config, jit_compile=True)
     shapes = {}
     seen = []  # one epoch of the same dataset (every epoch has the same shapes: one per non-empty bucket)
     for (s, ti), to in dataset:
         seen.append((tuple(s.shape), tuple(ti.shape), tuple(to.shape), int(np.sum(to.numpy() != 0))))
-    history = model.fit(trainer.with_known_length(dataset), epochs=1, verbose=0)
+    history = model.fit(training.with_known_length(dataset), epochs=1, verbose=0)
     shapes["fixed"] = sorted({x[:3] for x in seen})
     for mode in ("bucket", "batch"):
         shapes[mode] = _epoch_shapes(make_dataset(prepared, batch_tokens=BATCH_TOKENS, widths=widths, padding=mode, seed=0))
@@ -127,13 +127,13 @@ def test_padding_rows_and_columns_carry_no_loss(tmp_path, data_root, multi30k_di
     import tensorflow as tf
 
     from keras_transformer.data.pipeline import make_dataset
-    from keras_transformer.training import trainer
+    from keras_transformer import training
 
     prepared, widths, config = _prepare(data_root, tmp_path)
     dataset = make_dataset(prepared, batch_tokens=BATCH_TOKENS, widths=widths, padding="fixed", seed=1)
     keras.utils.set_random_seed(0)
-    model = trainer.build_model(config)  # tiny: dropout 0, so training=True is deterministic
-    trainer.compile_model(model, config, jit_compile=False)
+    model = training.build_model(config)  # tiny: dropout 0, so training=True is deterministic
+    training.compile_model(model, config, jit_compile=False)
     checked = 0
     for (source, target_in), target_out in dataset:
         real = np.flatnonzero((target_out.numpy() != 0).any(axis=1))

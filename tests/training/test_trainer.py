@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer import training
 from keras_transformer.config import get_preset
-from keras_transformer.training import trainer
 
 CONFIG = get_preset("tiny", warmup_steps=2)
 
 
 def _model(jit_compile=False, **kwargs):
     keras.utils.set_random_seed(3)
-    model = trainer.build_model(CONFIG)
-    return trainer.compile_model(model, CONFIG, jit_compile=jit_compile, **kwargs)
+    model = training.build_model(CONFIG)
+    return training.compile_model(model, CONFIG, jit_compile=jit_compile, **kwargs)
 
 
 def _batch(rng, batch=4, src_len=6, tgt_len=7, real=None):
@@ -144,7 +144,7 @@ def test_xla_step_matches_non_xla_step():
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_each_precision_trains_with_float32_logits_and_a_falling_loss(policy):
     try:
-        assert trainer.set_precision(policy) == (policy, "asked for")
+        assert training.set_precision(policy) == (policy, "asked for")
         keras.utils.set_random_seed(3)
         model = _model()
         assert model.compute_dtype == {"float32": "float32", "mixed_bfloat16": "bfloat16",
@@ -157,20 +157,20 @@ def test_each_precision_trains_with_float32_logits_and_a_falling_loss(policy):
         assert losses[-1] < 0.8 * losses[0], losses
         assert int(model.optimizer.iterations) == 12
     finally:
-        trainer.set_precision("float32")
+        training.set_precision("float32")
 
 
 def test_fixed_shape_batches_pads_to_one_shape_per_width():
     src = np.ones((3, 5), "int32")
     tin = np.ones((3, 8), "int32")
     tout = np.ones((3, 8), "int32")
-    data = trainer.fixed_shape_batches(tf.data.Dataset.from_tensors(((src, tin), tout)), 40, [4, 8, 12], num_replicas=2)
+    data = training.fixed_shape_batches(tf.data.Dataset.from_tensors(((src, tin), tout)), 40, [4, 8, 12], num_replicas=2)
     (s, t), y = next(iter(data))
     # width 8 (the longer side), rows = 40 // 8 = 5 rounded up to a multiple of 2 = 6
     assert s.shape == (6, 8) and t.shape == (6, 8) and y.shape == (6, 8)
     assert int(tf.reduce_sum(s)) == 15 and int(tf.reduce_sum(y)) == 24
     with pytest.raises(ValueError, match="batch_tokens"):
-        trainer.fixed_shape_batches(data, 4, [4, 8])
+        training.fixed_shape_batches(data, 4, [4, 8])
 
 
 def test_fixed_shape_batches_gives_one_shape_per_width_over_bucketed_batches():
@@ -206,7 +206,7 @@ def test_fixed_shape_batches_gives_one_shape_per_width_over_bucketed_batches():
         yield from raw
 
     spec = ((tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None, None], tf.int32))
-    fixed = list(trainer.fixed_shape_batches(tf.data.Dataset.from_generator(gen, output_signature=spec),
+    fixed = list(training.fixed_shape_batches(tf.data.Dataset.from_generator(gen, output_signature=spec),
                                              batch_tokens, widths))
     shapes = {(tuple(s.shape), tuple(t.shape), tuple(y.shape)) for (s, t), y in fixed}
     assert 1 < len(shapes) <= len(widths)
@@ -220,27 +220,38 @@ def test_fixed_shape_batches_gives_one_shape_per_width_over_bucketed_batches():
 
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="unknown strategy"):
-        trainer.get_strategy("nope")
+        training.get_strategy("nope")
     with pytest.raises(ValueError, match="precision policy"):
-        trainer.set_precision("float8")
-    model = trainer.build_model(CONFIG)
+        training.set_precision("float8")
+    model = training.build_model(CONFIG)
     with pytest.raises(ValueError, match="jit_compile"):
-        trainer.compile_model(model, CONFIG, jit_compile="yes")
+        training.compile_model(model, CONFIG, jit_compile="yes")
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
-        trainer.compile_model(model, CONFIG, gradient_accumulation_steps=0)
+        training.compile_model(model, CONFIG, gradient_accumulation_steps=0)
     model.compile(optimizer="adam", loss="mse")
     with pytest.raises(ValueError, match="MaskedLabelSmoothedCrossEntropy"):
-        trainer.install_train_step(model)
+        training.install_train_step(model)
 
 
 def test_is_chief(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    assert trainer.is_chief()
+    assert training.is_chief()
     cluster = {"worker": ["localhost:1", "localhost:2"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
-    assert not trainer.is_chief()
+    assert not training.is_chief()
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
-    assert trainer.is_chief()
+    assert training.is_chief()
+
+
+def test_in_cluster(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert not training.in_cluster()
+    one = {"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(one))
+    assert not training.in_cluster()
+    two = {"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]}, "task": {"type": "chief", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(two))
+    assert training.in_cluster()
 
 
 def test_accumulation_schedule_counts_updates():
@@ -290,7 +301,7 @@ def test_fit_with_unknown_length_validation_data_warns_nothing_and_steps_once_pe
         assert int(ds.cardinality()) == tf.data.UNKNOWN_CARDINALITY
         return ds
 
-    history = trainer.fit(
+    history = training.fit(
         model, unknown_length(batches), model_dir=tmp_path, epochs=2, validation_data=unknown_length(batches[:2]),
         tensorboard=False, verbose=0,
     )
@@ -310,7 +321,7 @@ def test_time_budget_stops_after_the_batch_it_runs_out_in_and_says_where(tmp_pat
             tf.TensorSpec([None, None], tf.int32),
         ),
     )
-    trainer.fit(model, data, model_dir=tmp_path, epochs=2, max_train_seconds=0.0, tensorboard=False, verbose=0)
+    training.fit(model, data, model_dir=tmp_path, epochs=2, max_train_seconds=0.0, tensorboard=False, verbose=0)
     assert int(model.optimizer.iterations) == 1
     out = capsys.readouterr().out
     assert "time budget of 0 min reached after batch 1 of epoch 1" in out

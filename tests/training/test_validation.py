@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer import training
 from keras_transformer.config import get_preset
 from keras_transformer.data.pipeline import make_dataset, prepare_pairs
 from keras_transformer.data.tokenizer import SubwordTokenizer, train_sentencepiece
 from keras_transformer.decoding.corpus import translate_lines
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.evaluation import Scores, score_corpus
-from keras_transformer.training import trainer
 from keras_transformer.training.validation import EarlyStopping, ValidationBLEU, make_validation
 
 
@@ -53,8 +53,8 @@ def _setup(data, seed=5, learning_rate_scale=0.01):
     keras.utils.set_random_seed(seed)
     tokenizer = SubwordTokenizer(data.spm)  # after seeding (it owns a tensorflow_text resource)
     config = get_preset("tiny", vocab_size=tokenizer.vocab_size, warmup_steps=10)
-    model = trainer.build_model(config)
-    trainer.compile_model(model, config, jit_compile=False, learning_rate_scale=learning_rate_scale)
+    model = training.build_model(config)
+    training.compile_model(model, config, jit_compile=False, learning_rate_scale=learning_rate_scale)
     train = prepare_pairs(*data.train, tokenizer, config.max_length)
     valid = prepare_pairs(*data.valid, tokenizer, config.max_length)
     batching = dict(batch_tokens=config.batch_tokens, padding="bucket")
@@ -63,7 +63,7 @@ def _setup(data, seed=5, learning_rate_scale=0.01):
 
 def _independent(weights_model, tokenizer, config, sources, beam_size=1):
     """Greedy (or beam) translations by a Translator on a separate float32 model holding the same weights."""
-    model = trainer.build_model(config)
+    model = training.build_model(config)
     model.set_weights(weights_model.get_weights())
     translator = Translator(model, tokenizer, max_length=config.max_length,
                             extra_decode_length=config.extra_decode_length, beam_size=beam_size,
@@ -90,7 +90,7 @@ def test_validation_bleu_equals_an_independent_translation_and_keeps_the_best(da
     loss_stopping = EarlyStopping("val_loss", patience=5, model_dir=tmp_path)
     callback = ValidationBLEU(sources, references, tokenizer, config, max_sentences=12, beam_size=beam_size,
                               target_lang="de", model_dir=tmp_path)
-    history = trainer.fit(model, train_ds, model_dir=tmp_path, epochs=2, validation_data=valid_ds, verbose=0,
+    history = training.fit(model, train_ds, model_dir=tmp_path, epochs=2, validation_data=valid_ds, verbose=0,
                           validation_bleu=callback, early_stopping=loss_stopping)
 
     # One evaluation per epoch end, at the optimizer step, on the first 12 sentences.
@@ -119,7 +119,7 @@ def test_validation_bleu_equals_an_independent_translation_and_keeps_the_best(da
         first_best["step"], first_best["bleu"], first_best["chrf"]
     )
     assert best["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    reloaded = trainer.build_model(config)
+    reloaded = training.build_model(config)
     reloaded.load_weights(tmp_path / "best_bleu.weights.h5")
     hypotheses = _independent(reloaded, tokenizer, config, sources[:12], beam_size)
     assert hypotheses == (tmp_path / "best_bleu.hyp.txt").read_text(encoding="utf-8").splitlines()
@@ -149,7 +149,7 @@ def test_early_stopping_on_bleu_stops_after_the_patience_and_stays_stopped(data,
     # Every 2 steps: 10, 12 (best), 11, 12 (equal is no improvement): the patience of 2 is used up at step 8.
     callback = ScriptedBLEU([10.0, 12.0, 11.0, 12.0, 99.0], sources, references, tokenizer, config,
                             every_steps=2, model_dir=tmp_path, early_stopping=stopping)
-    trainer.fit(model, train_ds, model_dir=tmp_path, epochs=3, verbose=0, validation_bleu=callback,
+    training.fit(model, train_ds, model_dir=tmp_path, epochs=3, verbose=0, validation_bleu=callback,
                 early_stopping=stopping)
     assert int(model.optimizer.iterations) == 8
     assert [(r["step"], r["value"]) for r in stopping.history] == [(2, 10.0), (4, 12.0), (6, 11.0), (8, 12.0)]
@@ -167,7 +167,7 @@ def test_early_stopping_on_bleu_stops_after_the_patience_and_stays_stopped(data,
     again = EarlyStopping("val_bleu", patience=2, model_dir=tmp_path)
     callback = ScriptedBLEU([50.0], sources, references, tokenizer, config, every_steps=2, model_dir=tmp_path,
                             early_stopping=again)
-    trainer.fit(model, train_ds, model_dir=tmp_path, epochs=3, verbose=0, validation_bleu=callback,
+    training.fit(model, train_ds, model_dir=tmp_path, epochs=3, verbose=0, validation_bleu=callback,
                 early_stopping=again)
     assert int(model.optimizer.iterations) == 8 and callback.evaluations == []
     assert "this run stopped at step 8" in capsys.readouterr().out
@@ -181,7 +181,7 @@ def test_beam_search_validation_equals_an_independent_beam_search(data, tmp_path
     callback.set_model(model)
     record = callback.evaluate(epoch=0)
     assert callback.search == "beam search (beam 2, alpha 1.0)"
-    model_copy = trainer.build_model(config)
+    model_copy = training.build_model(config)
     model_copy.set_weights(model.get_weights())
     translator = Translator(model_copy, tokenizer, max_length=config.max_length,
                             extra_decode_length=config.extra_decode_length, beam_size=2, length_penalty=1.0)
@@ -224,7 +224,7 @@ def test_early_stopping_resumes_from_the_restored_step(tmp_path):
 
 def test_the_time_budget_leaves_validation_out():
     for excluded, stopped in ((None, True), (lambda: 1e9, False)):
-        budget = trainer.TimeBudget(0.0, excluded)
+        budget = training.TimeBudget(0.0, excluded)
         budget.set_model(_fake_model(0))
         budget.on_train_begin()
         budget.on_train_batch_end(0)
