@@ -570,7 +570,7 @@ def test_sampled_translation_from_a_model_folder_and_its_export(model_folder, mu
     assert main(["translate", "--model", str(tmp_path / "plain"), "--input", str(source), "--seed", "3"]) == 2
     err = capsys.readouterr().err
     assert "exported without the `sample` signature (signatures: serving_default)" in err
-    assert "keras-transformer export --sampling" in err
+    assert "re-export it with --sampling (and --sampling-topk" in err
 
     assert main(["evaluate", "--model-dir", str(model_folder), "--source", str(source), "--reference",
                  str(tmp_path / "test.de"), "--seed", "3", "--sampling-topk", "5"]) == 0

@@ -5,7 +5,7 @@ restarted run the first permutation again, whatever epoch it stopped in. An
 :class:`EpochBatches` instead derives each epoch's batches from ``(seed,
 epoch)`` only (stateless shuffles, Salmon et al. 2011's counter-based
 generators behind ``tf.random.stateless_*``), so
-:func:`keras_transformer.training.trainer.fit` can rebuild, after a kill, the
+:func:`keras_transformer.training.fit` can rebuild, after a kill, the
 exact batches of the epoch it stopped in and skip the ones already trained:
 the resumed run sees the same sequence of batches as an uninterrupted one.
 

@@ -638,7 +638,7 @@ def make_epoch_batches(
     drop_remainder: bool = False,
     num_replicas: int = 1,
 ) -> "MemoryEpochBatches":
-    """Every epoch's in-memory batches, each from ``(seed, epoch)``: the training data of :func:`~keras_transformer.training.trainer.fit`.
+    """Every epoch's in-memory batches, each from ``(seed, epoch)``: the training data of :func:`~keras_transformer.training.fit`.
 
     Epoch ``e`` is ``make_dataset(prepared, ..., epoch=e)``; the arguments
     are :func:`make_dataset`'s. The batches are global: the strategy splits

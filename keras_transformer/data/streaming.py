@@ -21,7 +21,7 @@ Memory holds one shuffle block, the open readers and the partial batches
 of each bucket, whatever the corpus size. Every random choice is stateless
 (``tf.random.stateless_*``), so the batches of epoch ``e`` are a function of
 ``(seed, e)`` and of the corpus only: a run killed anywhere and resumed by
-:func:`~keras_transformer.training.trainer.fit` rebuilds epoch ``e`` and skips
+:func:`~keras_transformer.training.fit` rebuilds epoch ``e`` and skips
 the steps already trained, seeing exactly the batches of an uninterrupted run.
 
 Many workers (``MultiWorkerMirroredStrategy``): worker ``i`` of ``W`` reads
@@ -222,7 +222,7 @@ def make_streaming_batches(
     strategy: tf.distribute.Strategy | None = None,
     layout: StrategyLayout | None = None,
 ) -> ShardedEpochBatches:
-    """Every epoch's token batches streamed from a prepared folder, for :func:`~keras_transformer.training.trainer.fit`.
+    """Every epoch's token batches streamed from a prepared folder, for :func:`~keras_transformer.training.fit`.
 
     Args:
         corpus: a :class:`~keras_transformer.data.prepared.PreparedCorpus` (or

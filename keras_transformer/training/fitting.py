@@ -19,6 +19,7 @@ import time
 import keras
 import tensorflow as tf
 
+from keras_transformer.run_folder import RunFolder
 from keras_transformer.training import checkpoints as ckpt
 from keras_transformer.training.distribute import task_dir
 
@@ -168,7 +169,8 @@ def fit(
 
     model_dir = task_dir(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_dir = model_dir / "checkpoints"
+    folder = RunFolder(model_dir)
+    ckpt_dir = folder.checkpoints
     ckpt_dir.mkdir(exist_ok=True)
     by_epoch = isinstance(train_data, EpochBatches)
     if not by_epoch:
@@ -183,9 +185,9 @@ def fit(
     saver = ckpt.ResumableCheckpoint(ckpt_dir, save_freq=save_freq, keep=keep_checkpoints, initial_batches=batches, batch_offset=skip)
     cbs = [keras.callbacks.TerminateOnNaN(), saver]
     if validation_data is not None:
-        cbs.append(ckpt.BestCheckpoint(model_dir / "best.weights.h5"))
+        cbs.append(ckpt.BestCheckpoint(folder.best_loss))
     if tensorboard:
-        cbs.append(keras.callbacks.TensorBoard(str(model_dir / "logs"), write_graph=False))
+        cbs.append(keras.callbacks.TensorBoard(str(folder.logs), write_graph=False))
     # After Keras' TensorBoard (which would log val_bleu a second time, per epoch), before the user's callbacks.
     cbs.extend(cb for cb in (validation_bleu, early_stopping) if cb is not None)
     if early_stopping is not None:

@@ -499,7 +499,7 @@ class ValidationBLEU(keras.callbacks.Callback):
         import tensorflow as tf
 
         if self._writer is None:
-            self._writer = tf.summary.create_file_writer(str(self.model_dir / "logs" / "validation"))
+            self._writer = tf.summary.create_file_writer(str(RunFolder(self.model_dir).logs / "validation"))
         with self._writer.as_default(step=step):
             tf.summary.scalar("bleu", scores.bleu, description=f"sacreBLEU {scores.bleu_signature}, {self.search}")
             tf.summary.scalar("chrf", scores.chrf, description=f"chrF {scores.chrf_signature}, {self.search}")
