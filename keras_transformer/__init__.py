@@ -18,10 +18,11 @@ Where each part of the paper lives:
   :mod:`keras_transformer.export`.
 """
 
-import importlib as _importlib
 import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from keras_transformer._lazy import lazy_exports as _lazy_exports  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -68,13 +69,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, globals())

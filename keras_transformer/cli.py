@@ -226,25 +226,19 @@ def _training_flags(flags: _Flags) -> None:
                        ("dff", int), ("label_smoothing", float), ("max_length", int)):
         flags.add("training." + name, type=kind)
     flags.add("data.length_policy")
-    flags.add("training.epochs", type=int)
-    flags.add("training.max_train_minutes", type=float)
-    flags.add("training.learning_rate_scale", type=float)
-    flags.add("training.gradient_accumulation_steps", type=int)
-    flags.add("training.save_freq", type=int)
-    flags.add("training.average_last", type=int)
-    flags.add("training.average_span", type=_span)
+    for name, kind in (("epochs", int), ("max_train_minutes", float), ("learning_rate_scale", float),
+                       ("gradient_accumulation_steps", int), ("save_freq", int), ("average_last", int),
+                       ("average_span", _span)):
+        flags.add("training." + name, type=kind)
     xla = flags.parser.add_mutually_exclusive_group()
     flags.add("training.jit_compile", group=xla, action="store_true")
     xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", default=None,
                      help="XLA off (default: see --jit-compile)")
-    flags.add("training.precision")
-    flags.add("training.strategy")
-    flags.add("training.seed", type=int)
-    flags.add("training.log_every", type=int)
-    flags.add("validation.bleu_every", type=_non_negative_int)
-    flags.add("validation.bleu_sentences", type=_non_negative_int)
-    flags.add("validation.bleu_beam_size", type=_positive_int)
-    flags.add("validation.early_stopping_patience", type=_non_negative_int)
+    for name, kind in (("precision", None), ("strategy", None), ("seed", int), ("log_every", int)):
+        flags.add("training." + name, type=kind)
+    for name, kind in (("bleu_every", _non_negative_int), ("bleu_sentences", _non_negative_int),
+                       ("bleu_beam_size", _positive_int), ("early_stopping_patience", _non_negative_int)):
+        flags.add("validation." + name, type=kind)
     flags.add("validation.early_stopping_metric")
 
 

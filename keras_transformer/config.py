@@ -202,43 +202,17 @@ PRESETS: dict[str, TransformerConfig] = {
     # Table 3, "base": 65M parameters in the paper (37k shared BPE vocabulary).
     "base": TransformerConfig(vocab_size=37_000),
     # Table 3, "big": 213M parameters.
-    "big": TransformerConfig(
-        vocab_size=37_000,
-        d_model=1024,
-        dff=4096,
-        num_heads=16,
-        dropout_rate=0.3,
-        checkpoint_average=20,
-    ),
+    "big": TransformerConfig(vocab_size=37_000, d_model=1024, dff=4096, num_heads=16, dropout_rate=0.3,
+                             checkpoint_average=20),
     # A model for CPU work on small corpora such as Multi30k. Pre-LN and half the Eq. 3
     # rate (peak 1.6e-3 at step 400): with ~2k-token batches and a few hundred steps, the
     # paper's post-LN at the full rate (3.1e-3) trained unstably in our runs.
-    "small": TransformerConfig(
-        vocab_size=8000,
-        num_layers=3,
-        d_model=256,
-        num_heads=4,
-        dff=1024,
-        max_length=128,
-        norm_first=True,
-        learning_rate_scale=0.5,
-        warmup_steps=400,
-        batch_tokens=2048,
-        checkpoint_average=5,
-    ),
+    "small": TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, num_heads=4, dff=1024, max_length=128,
+                               norm_first=True, learning_rate_scale=0.5, warmup_steps=400, batch_tokens=2048,
+                               checkpoint_average=5),
     # A model for tests: builds and trains in a second.
-    "tiny": TransformerConfig(
-        vocab_size=64,
-        num_layers=2,
-        d_model=32,
-        num_heads=2,
-        dff=64,
-        dropout_rate=0.0,
-        max_length=32,
-        warmup_steps=10,
-        batch_tokens=256,
-        checkpoint_average=2,
-    ),
+    "tiny": TransformerConfig(vocab_size=64, num_layers=2, d_model=32, num_heads=2, dff=64, dropout_rate=0.0,
+                              max_length=32, warmup_steps=10, batch_tokens=256, checkpoint_average=2),
 }
 
 

@@ -318,17 +318,8 @@ class Decoder(_Stack):
             }
         return cache
 
-    def call(
-        self,
-        inputs,
-        encoder_outputs=None,
-        padding_mask=None,
-        encoder_padding_mask=None,
-        cache=None,
-        cache_index=None,
-        training=None,
-        encoder_attention_bias=None,
-    ):
+    def call(self, inputs, encoder_outputs=None, padding_mask=None, encoder_padding_mask=None, cache=None,
+             cache_index=None, training=None, encoder_attention_bias=None):
         x = inputs
         new_cache = {} if cache is not None else None
         for i, layer in enumerate(self.decoder_layers):

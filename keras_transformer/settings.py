@@ -133,6 +133,11 @@ def _setting(default: Any, help: str, default_text: str | None = None, choices: 
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def _preset_value(help: str) -> Any:
+    """A :class:`TrainingSettings` field that overrides the preset's value when not None."""
+    return _setting(None, help, "the preset's")
+
+
 def setting_help(section: type, name: str) -> tuple[str, str, tuple | None]:
     """``(help, default text, choices)`` of the field ``name`` of a settings class.
 
@@ -292,18 +297,17 @@ class TrainingSettings(_Section):
     """
 
     preset: str = _setting("small", "model preset: tiny, small, base, big (keras_transformer.config.PRESETS)")
-    batch_tokens: int | None = _setting(None, "tokens per batch (Section 5.1)", "the preset's")
-    warmup_steps: int | None = _setting(None, "Eq. 3 warmup", "the preset's")
-    dropout_rate: float | None = _setting(None, "P_drop, residual dropout (Section 5.4)", "the preset's")
-    attention_dropout_rate: float | None = _setting(None, "dropout on the attention weights (not in the paper)",
-                                                    "the preset's")
-    num_layers: int | None = _setting(None, "N, encoder and decoder layers", "the preset's")
-    d_model: int | None = _setting(None, "model width", "the preset's")
-    num_heads: int | None = _setting(None, "attention heads h", "the preset's")
-    dff: int | None = _setting(None, "feed-forward inner width (Eq. 2)", "the preset's")
-    label_smoothing: float | None = _setting(None, "epsilon_ls, Section 5.4", "the preset's")
-    max_length: int | None = _setting(None, "longest sequence in tokens, EOS included", "the preset's")
-    learning_rate_scale: float | None = _setting(None, "multiplies the Eq. 3 learning rate", "the preset's")
+    batch_tokens: int | None = _preset_value("tokens per batch (Section 5.1)")
+    warmup_steps: int | None = _preset_value("Eq. 3 warmup")
+    dropout_rate: float | None = _preset_value("P_drop, residual dropout (Section 5.4)")
+    attention_dropout_rate: float | None = _preset_value("dropout on the attention weights (not in the paper)")
+    num_layers: int | None = _preset_value("N, encoder and decoder layers")
+    d_model: int | None = _preset_value("model width")
+    num_heads: int | None = _preset_value("attention heads h")
+    dff: int | None = _preset_value("feed-forward inner width (Eq. 2)")
+    label_smoothing: float | None = _preset_value("epsilon_ls, Section 5.4")
+    max_length: int | None = _preset_value("longest sequence in tokens, EOS included")
+    learning_rate_scale: float | None = _preset_value("multiplies the Eq. 3 learning rate")
     epochs: int = _setting(20, "passes over the training data")
     max_train_minutes: float = _setting(0.0, "stop training after this many minutes (0: no limit)")
     gradient_accumulation_steps: int | None = _setting(None, "batches per update", "1: no accumulation")

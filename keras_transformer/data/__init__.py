@@ -28,7 +28,7 @@ processes of :func:`~keras_transformer.data.prepare.prepare_corpus` start
 without TensorFlow.
 """
 
-import importlib as _importlib
+from keras_transformer._lazy import lazy_exports
 
 # Public name -> module.
 _EXPORTS = {
@@ -76,9 +76,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(_importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())

@@ -130,14 +130,8 @@ def multi30k_files(
 
 
 def load_multi30k(
-    split: str = "train",
-    data_dir: str | os.PathLike | None = None,
-    source_lang: str = "en",
-    target_lang: str = "de",
-    download: bool = True,
-    cache_dir: str | os.PathLike | None = None,
-    on_error: str = "raise",
-    timeout: float = 30.0,
+    split: str = "train", data_dir: str | os.PathLike | None = None, source_lang: str = "en", target_lang: str = "de",
+    download: bool = True, cache_dir: str | os.PathLike | None = None, on_error: str = "raise", timeout: float = 30.0,
 ) -> ParallelText:
     """Multi30k Task 1 (Elliott et al., 2016) English-German pairs.
 

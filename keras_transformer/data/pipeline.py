@@ -627,16 +627,9 @@ class _Planner:
 
 
 def make_epoch_batches(
-    prepared: PreparedPairs,
-    batch_tokens: int | None = None,
-    batch_size: int | None = None,
-    widths: Sequence[int] | None = None,
-    padding: str = "bucket",
-    shuffle: bool = True,
-    seed: int = 0,
-    shuffle_buffer_size: int | None = None,
-    drop_remainder: bool = False,
-    num_replicas: int = 1,
+    prepared: PreparedPairs, batch_tokens: int | None = None, batch_size: int | None = None,
+    widths: Sequence[int] | None = None, padding: str = "bucket", shuffle: bool = True, seed: int = 0,
+    shuffle_buffer_size: int | None = None, drop_remainder: bool = False, num_replicas: int = 1,
 ) -> "MemoryEpochBatches":
     """Every epoch's in-memory batches, each from ``(seed, epoch)``: the training data of :func:`~keras_transformer.training.fit`.
 

@@ -6,6 +6,7 @@ CTranslate2 export (:mod:`keras_transformer.decoding.ctranslate2`).
 importing the searches never needs the model or tokenizer modules.
 """
 
+from keras_transformer._lazy import lazy_exports
 from keras_transformer.decoding.search import (
     beam_search,
     greedy_search,
@@ -20,17 +21,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    if name == "Translator":
-        from keras_transformer.decoding.translator import Translator
-
-        return Translator
-    if name in ("translate_lines", "n_best_lines"):
-        from keras_transformer.decoding import corpus
-
-        return getattr(corpus, name)
-    if name == "score_lines":
-        from keras_transformer.decoding.scoring import score_lines
-
-        return score_lines
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Translator": ".translator", "translate_lines": ".corpus", "n_best_lines": ".corpus", "score_lines": ".scoring",
+}, globals())

@@ -14,7 +14,10 @@ and the runtime re-exported here); decoding never imports export.
 """
 
 # No ctranslate2 import here: the modules import it inside their functions (an optional extra).
+from keras_transformer.decoding import ctranslate2 as _runtime
 from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+from keras_transformer.export import ctranslate2 as _ctranslate2
+from keras_transformer.export import saved_model as _saved_model
 from keras_transformer.export.ctranslate2 import (
     CT2_RECORD_FILENAME,
     CT2_VOCAB_FILENAME,
@@ -32,18 +35,4 @@ from keras_transformer.export.saved_model import (
     saved_model_op_names,
 )
 
-__all__ = [
-    "export_saved_model",
-    "find_python_ops",
-    "saved_model_op_names",
-    "SIGNATURES",
-    "SAMPLE_SIGNATURE",
-    "CONFIG_FILENAME",
-    "VOCAB_ASSET_NAME",
-    "WARMUP_FILENAME",
-    "export_ctranslate2",
-    "CTranslate2Translator",
-    "QUANTIZATIONS",
-    "CT2_RECORD_FILENAME",
-    "CT2_VOCAB_FILENAME",
-]
+__all__ = [*_saved_model.__all__, *_ctranslate2.__all__, *_runtime.__all__]
