@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Sequence
 
 from keras_transformer import settings as kt_settings
-from keras_transformer.settings import DEFAULT_AVERAGE_LAST, QUICKSTART_RUN_DIR, RunError, RunSettings
+from keras_transformer.settings import DEFAULT_AVERAGE_LAST, QUICKSTART_RUN_DIR, RunSettings
 
 __all__ = ["build_parser", "main"]
 
@@ -92,7 +92,7 @@ FLAGS = {
     "export.overwrite": "--overwrite",
     # Arguments of the Runner's methods that messages name.
     "argument.n_best": "--n-best", "argument.signature": "--signature", "argument.last": "--last",
-    "argument.input": "--input", "argument.export_dir": "--export-dir",
+    "argument.input": "--input", "argument.export_dir": "--export-dir", "argument.force": "--force",
 }
 
 
@@ -565,12 +565,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except RunError as error:
-        print(f"keras-transformer {args.command}: error: {error.render(flag_name)}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError, MissingTokenizerPackages) as error:
-        print(f"keras-transformer {args.command}: error: {kt_settings.render(str(error), flag_name)}",
-              file=sys.stderr)
+    except (FileNotFoundError, ValueError, RuntimeError, MissingTokenizerPackages) as error:
+        if isinstance(error, RuntimeError) and not isinstance(error, kt_settings.SettingsMessage):
+            raise  # a fault of ours or of a library: the traceback is due
+        message = error.render(flag_name) if isinstance(error, kt_settings.SettingsMessage) else str(error)
+        print(f"keras-transformer {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

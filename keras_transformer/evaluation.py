@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 import sacrebleu
 
+from keras_transformer.settings import SettingsMessage
+
 __all__ = [
     "BLEU_TOKENIZERS",
     "MissingTokenizerPackages",
@@ -48,7 +50,7 @@ _LANGUAGE_TOKENIZERS = dict(getattr(sacrebleu.metrics.BLEU, "_TOKENIZER_MAP", {"
 _EXTRAS = {"ja-mecab": "ja", "ko-mecab": "ko"}
 
 
-class MissingTokenizerPackages(ImportError):
+class MissingTokenizerPackages(SettingsMessage, ImportError):
     """A BLEU tokenizer needs packages that are not installed (the message names the pip command)."""
 
 
@@ -110,7 +112,8 @@ def bleu_metric(target_lang: str | None = None, tokenize: str | None = None) -> 
             raise
         raise MissingTokenizerPackages(
             f"the BLEU tokenizer {name!r} (target language {target_lang!r}) needs packages that are not installed: "
-            f"pip install 'sacrebleu[{_EXTRAS[name]}]' (or choose another tokenizer with --bleu-tokenize, e.g. intl)"
+            f"pip install 'sacrebleu[{_EXTRAS[name]}]' (or choose another tokenizer with "
+            "{evaluation.bleu_tokenize}, e.g. intl)"
         ) from error
     except OSError as error:  # flores/spm download their SentencePiece model on first use
         raise OSError(f"the BLEU tokenizer {name!r} could not fetch its SentencePiece model: {error}") from error

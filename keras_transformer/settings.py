@@ -57,6 +57,7 @@ __all__ = [
     "EvaluationSettings",
     "ExportSettings",
     "RunError",
+    "SettingsMessage",
     "RunSettings",
     "TrainingSettings",
     "ValidationSettings",
@@ -105,12 +106,12 @@ def render(text: str, name_of: Callable[[str], str] | None = None) -> str:
     return _PLACEHOLDER.sub(lambda match: name_of(match.group(1)), text)
 
 
-class RunError(ValueError):
-    """A mistake in a run's settings or inputs, said in one sentence (no traceback is due).
+class SettingsMessage:
+    """An exception whose message may name settings as ``{section.field}`` placeholders.
 
-    The message may name settings as ``{section.field}`` placeholders;
-    ``str(error)`` writes them as Python names (``data.valid_source``) and
-    :meth:`render` lets the command line write its flags instead.
+    ``str(error)`` writes them as Python names (``data.valid_source``);
+    :meth:`render` lets the command line write its flags instead. Mixed into
+    :class:`RunError` and the few library errors that name a setting.
 
     Args:
         template: the message, with placeholders.
@@ -126,6 +127,13 @@ class RunError(ValueError):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class RunError(SettingsMessage, ValueError):
+    """A mistake in a run's settings or inputs, said in one sentence (no traceback is due).
+
+    Its message names settings as placeholders (:class:`SettingsMessage`).
+    """
 
 
 def _setting(default: Any, help: str, default_text: str | None = None, choices: tuple | None = None) -> Any:

@@ -23,6 +23,8 @@ import numpy as np
 from keras_transformer.data.corpus_source import CorpusSource, file_fingerprint
 from keras_transformer.data.parallel_text import ReadReport
 
+from keras_transformer.settings import RunError
+
 __all__ = ["FORMAT", "MANIFEST_NAME", "PreparedCorpus", "PreparedDataError", "open_prepared"]
 
 #: Format of the prepared folder (manifest and records); another value is refused.
@@ -30,7 +32,7 @@ FORMAT = "keras_transformer.prepared/1"
 MANIFEST_NAME = "manifest.json"
 
 
-class PreparedDataError(ValueError):
+class PreparedDataError(RunError):
     """A prepared folder that cannot be used as it is: the message names the file and what is wrong."""
 
 
@@ -136,7 +138,7 @@ class PreparedCorpus:
                     raise PreparedDataError(
                         f"prepared shard damaged: {path} has {size} bytes, {self.manifest_path} says "
                         f"{shard['bytes']} ({'truncated' if size < int(shard['bytes']) else 'grown'}); "
-                        "prepare the folder again (delete it, or prepare with force=True / --force)"
+                        "prepare the folder again (delete it, or prepare with {argument.force})"
                     )
                 if level == "sha256" and file_fingerprint(path)["sha256"] != shard["sha256"]:
                     raise PreparedDataError(

@@ -49,6 +49,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.settings import RunError
 from keras_transformer.data.epochs import EpochBatches, StrategyLayout, stateless_order, strategy_layout
 from keras_transformer.data.pipeline import PADDING_MODES, Batching, bucket_widths
 
@@ -103,9 +104,9 @@ class ShardedEpochBatches(EpochBatches):
         files = corpus.files(split)
         shards = corpus.split(split)["shards"]
         if len(files) < layout.num_workers:
-            raise ValueError(
+            raise RunError(
                 f"{corpus.directory} has {len(files)} {split} shards for {layout.num_workers} workers: every worker "
-                f"needs at least one; prepare it with a multiple of {layout.num_workers} shards (--num-shards)"
+                f"needs at least one; prepare it with a multiple of {layout.num_workers} shards ({{data.num_shards}})"
             )
         self.worker_files = [files[i :: layout.num_workers] for i in range(layout.num_workers)]
         # Bucket of each pair length; lengths past the largest width do not occur (Batching.make checked it).

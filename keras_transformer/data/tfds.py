@@ -17,8 +17,14 @@ from collections.abc import Iterator
 
 from keras_transformer.data.parallel_text import ParallelText, ReadReport, _check_on_error, _collect, _skip_or_raise
 
+from keras_transformer.settings import SettingsMessage
+
 __all__ = ["iter_tfds_pairs", "load_tfds_translation", "tfds_translation_builder"]
 
+
+
+class TFDSNotPrepared(SettingsMessage, RuntimeError):
+    """A TFDS dataset that is not prepared and cannot be downloaded here; the message says what to do instead."""
 
 def _network_available(url: str = "https://storage.googleapis.com", timeout: float = 5.0) -> bool:
     """True when ``url`` answers within ``timeout`` seconds."""
@@ -81,20 +87,21 @@ def tfds_translation_builder(
     if not prepared:
         how = (
             "To train without TFDS, use local parallel files: read_parallel_files(source_path, target_path) "
-            "(CLI: --train-source/--train-target), read_tsv_pairs(path) or load_multi30k(data_dir=...); or prepare "
+            "(in a run: {data.train_source}/{data.train_target}), read_tsv_pairs(path) or load_multi30k(data_dir=...); or prepare "
             f"the dataset on a machine with network (`tfds build {name} --data_dir DIR`) and pass data_dir=DIR."
         )
         if not download:
-            raise RuntimeError(f"TFDS dataset {name} is not prepared in {builder.data_dir} and download=False. {how}")
+            raise TFDSNotPrepared(f"TFDS dataset {name} is not prepared in {builder.data_dir} and download=False. "
+                                  f"{how}")
         if not _network_available():
-            raise RuntimeError(
+            raise TFDSNotPrepared(
                 f"TFDS dataset {name} is not prepared in {builder.data_dir} and the network is unreachable, "
                 f"so it cannot be downloaded. {how}"
             )
         try:
             builder.download_and_prepare()
         except Exception as e:  # TFDS raises many kinds
-            raise RuntimeError(f"TFDS download_and_prepare({name}) failed: {e}. {how}") from e
+            raise TFDSNotPrepared(f"TFDS download_and_prepare({name}) failed: {e}. {how}") from e
     return builder, source_lang, target_lang
 
 

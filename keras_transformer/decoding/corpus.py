@@ -220,7 +220,7 @@ def n_best_lines(
             )
         if texts.ndim != 2 or n > texts.shape[1]:
             beam = texts.shape[1] if texts.ndim == 2 else 1
-            raise ValueError(f"--n-best {n} exceeds the beam size {beam}: at most {beam} hypotheses per sentence")
+            raise ValueError(f"n-best size {n} exceeds the beam size {beam}: at most {beam} hypotheses per sentence")
         rows = [
             [(_text(text), float(score)) for text, score in zip(row_texts[:n], row_scores[:n]) if score > -np.inf]
             for row_texts, row_scores in zip(texts.tolist(), scores.tolist())

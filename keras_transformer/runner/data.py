@@ -71,7 +71,7 @@ def read_corpus(data: DataSettings, log: Log):
             corpus = kt_data.Corpus(data.tfds, load("train"), load("validation"), None, "test", source_lang,
                                     target_lang)
         except RuntimeError as error:  # not prepared and no network: the message says what to do
-            raise RunError(str(error)) from error
+            raise RunError(getattr(error, "template", str(error))) from error
     elif data.tsv:
         log(f"reading {data.tsv}")
         corpus = kt_data.Corpus(data.tsv, kt_data.read_tsv_pairs(data.tsv, on_error=data.on_error), None, None,
@@ -160,7 +160,7 @@ def _prepare(folder, train, valid, data, vocabulary, max_length, log, force=Fals
             num_shards=data.num_shards, processes=data.processes, force=force, log=log,
         )
     except RuntimeError as error:  # TFDS not prepared and no network, or a tokenizing process died
-        raise RunError(str(error)) from error
+        raise RunError(getattr(error, "template", str(error))) from error
 
 
 def open_prepared_corpus(data: DataSettings, vocabulary: VocabularySettings, max_length: int,

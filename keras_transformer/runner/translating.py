@@ -247,7 +247,8 @@ def _export_ctranslate2(model, tokenizer, config, export_dir, settings: ExportSe
     path = export_ctranslate2(model, tokenizer, export_dir, quantization=settings.quantization, decoding=options,
                               overwrite=settings.overwrite)
     description = f"CTranslate2, weights {settings.quantization or 'float32'}"
-    log(f"exported {path} ({description}; translate it with `keras-transformer translate --model {path}`)")
+    log(f"exported {path} ({description}; Runner({str(path)!r}).translate or `keras-transformer translate --model "
+        f"{path}` translate with it)")
     return ExportResult(str(path), "ctranslate2", description)
 
 

@@ -119,7 +119,7 @@ def choose_precision(
 
 
 def resolve_precision(precision: str | None) -> tuple[str, str]:
-    """``--precision`` to a Keras policy: ``"auto"`` (or None) is :func:`choose_precision`.
+    """``training.precision`` to a Keras policy: ``"auto"`` (or None) is :func:`choose_precision`.
 
     The environment variable ``KERAS_TRANSFORMER_PRECISION`` overrides
     ``"auto"`` (e.g. to force float32 in a test or on a machine whose flags
