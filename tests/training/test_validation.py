@@ -248,7 +248,7 @@ def test_bad_settings_are_named(data):
     valid = types.SimpleNamespace(sources=sources, targets=references)
     with pytest.raises(ValueError, match="needs a validation set"):
         make_validation(None, tokenizer, config, model_dir=None, early_stopping_patience=3)
-    with pytest.raises(ValueError, match="--valid-bleu-sentences must be > 0"):
+    with pytest.raises(ValueError, match="max_sentences must be > 0"):
         make_validation(valid, tokenizer, config, model_dir=None, max_sentences=0, early_stopping_patience=3)
     callback, stopping = make_validation(valid, tokenizer, config, model_dir=None, max_sentences=0,
                                          early_stopping_patience=3, early_stopping_metric="loss")
