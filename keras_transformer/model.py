@@ -45,6 +45,7 @@ from keras_transformer.layers.decoder_layer import DecoderLayer
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.positional_embedding import PositionalEmbedding
 from keras_transformer.layers.residual import layer_norm_rows
+from keras_transformer.config import TransformerConfig
 
 __all__ = ["Encoder", "Decoder", "Transformer"]
 
@@ -422,7 +423,7 @@ class Transformer(keras.Model):
         num_heads: int = 8,
         dff: int = 2048,
         dropout_rate: float = 0.1,
-        max_length: int = 256,
+        max_length: int = TransformerConfig.max_length,
         tie_embeddings: bool = True,
         norm_first: bool = False,
         learned_positions: bool = False,

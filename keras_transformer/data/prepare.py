@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.data.corpus_source import CorpusSource, file_fingerprint
 from keras_transformer.data.parallel_text import ReadReport
 from keras_transformer.data.prepared import (
@@ -68,6 +69,7 @@ from keras_transformer.data.prepared import (
     _read_manifest,
     open_prepared,
 )
+from keras_transformer.settings import DEFAULT_NUM_SHARDS, DEFAULT_VOCAB_SAMPLE_SIZE, DEFAULT_VOCAB_SIZE
 
 __all__ = ["prepare_corpus"]
 
@@ -75,9 +77,6 @@ logger = logging.getLogger(__name__)
 
 RECORD_FORMAT = "TFRecord; one record per pair: int32 little-endian [S, source ids (S, EOS last), target ids (EOS last)]"
 VOCABULARY_NAME = "spm"
-DEFAULT_VOCAB_SIZE = 8000
-DEFAULT_NUM_SHARDS = 32
-DEFAULT_VOCAB_SAMPLE_SIZE = 1_000_000
 
 
 def _shard_name(split: str, index: int, count: int) -> str:
@@ -239,7 +238,7 @@ def prepare_corpus(
     vocab_seed: int | None = None,
     model_type: str | None = None,
     vocab_threads: int = 1,
-    max_length: int = 256,
+    max_length: int = TransformerConfig.max_length,
     length_policy: str = "drop",
     num_shards: int | None = None,
     processes: int | None = None,

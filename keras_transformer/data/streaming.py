@@ -49,13 +49,13 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.settings import RunError
 from keras_transformer.data.epochs import EpochBatches, StrategyLayout, stateless_order, strategy_layout
 from keras_transformer.data.pipeline import PADDING_MODES, Batching, bucket_widths
+from keras_transformer.settings import DataSettings, RunError
 
 __all__ = ["ShardedEpochBatches", "decode_record", "make_streaming_batches"]
 
-DEFAULT_SHUFFLE_BUFFER_SIZE = 100_000
+DEFAULT_SHUFFLE_BUFFER_SIZE = DataSettings.shuffle_buffer_size
 DEFAULT_CYCLE_LENGTH = 16
 
 

@@ -78,10 +78,12 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import model_calls, text
 from keras_transformer.decoding.search import (
     beam_search, check_sampling, greedy_search, length_penalty_factor, sample_search,
 )
+from keras_transformer.settings import DEFAULT_BEAM_SIZE
 
 __all__ = ["Translator"]
 
@@ -161,9 +163,9 @@ class Translator(tf.Module):
         model: Any,
         tokenizer: Any,
         max_length: int,
-        extra_decode_length: int = 50,
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
+        extra_decode_length: int = TransformerConfig.extra_decode_length,
+        beam_size: int = DEFAULT_BEAM_SIZE,
+        length_penalty: float = TransformerConfig.length_penalty,
         jit_compile: bool = False,
         source_bucket_width: int = 16,
         early_stopping: bool = True,

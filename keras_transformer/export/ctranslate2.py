@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.ctranslate2_format import (
     BOS_TOKEN,
     CT2_RECORD_FILENAME,
@@ -87,6 +88,7 @@ from keras_transformer.decoding.ctranslate2_format import (
     import_ctranslate2,
     placeholder_token,
 )
+from keras_transformer.settings import DEFAULT_BEAM_SIZE
 
 __all__ = [
     "export_ctranslate2",
@@ -253,7 +255,8 @@ def export_ctranslate2(
         raise ValueError(f"export_ctranslate2: unknown decoding key(s) {unknown}; known: {list(DECODING_KEYS)}")
     settings = decoding_settings(
         "export_ctranslate2",
-        {"max_length": model.max_length, "extra_decode_length": 50, "beam_size": 4, "length_penalty": 0.6,
+        {"max_length": model.max_length, "extra_decode_length": TransformerConfig.extra_decode_length,
+         "beam_size": DEFAULT_BEAM_SIZE, "length_penalty": TransformerConfig.length_penalty,
          **dict(decoding or {})},
         model.max_length,
     )

@@ -56,6 +56,7 @@ from typing import IO, Any
 import keras
 
 from keras_transformer.run_folder import RunFolder, atomic_save_weights, atomic_write_text
+from keras_transformer.settings import ValidationSettings
 
 __all__ = ["EarlyStopping", "ValidationBLEU", "check_validation_settings", "make_validation"]
 
@@ -568,7 +569,7 @@ def make_validation(
     *,
     model_dir: str | os.PathLike | None,
     every_steps: int = 0,
-    max_sentences: int = 500,
+    max_sentences: int = ValidationSettings.bleu_sentences,
     beam_size: int = 1,
     target_lang: str | None = None,
     tokenize: str | None = None,
