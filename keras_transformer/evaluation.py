@@ -18,10 +18,22 @@ target         tokenizer    needs
 anything else  ``13a``      nothing
 =============  ===========  =====================================================
 
-An explicit ``tokenize`` (CLI ``--bleu-tokenize``) overrides the choice, e.g.
+An explicit ``tokenize`` (``evaluation.bleu_tokenize``) overrides the choice, e.g.
 ``intl`` (Unicode punctuation and symbols split everywhere, for mixed
 scripts) or ``char``. chrF (Popović, 2015) scores character n-grams and needs
 no tokenizer, so it is computed the same way for every language.
+
+**The literature's metric.** Papers on Multi30k (and the WMT16-18 multimodal
+tasks) report BLEU on the official ``*.lc.norm.tok.*`` files: lowercased,
+punctuation-normalized and tokenized with the Moses scripts
+(``lowercase.perl``, ``normalize-punctuation.perl -l xx``, ``tokenizer.perl
+-l xx``), scored on those tokens. :func:`tokenized_bleu` computes that figure
+with sacremoses (the Python port of the same scripts; no escaping of ``&``,
+``<``, quotes) and sacreBLEU on the tokens (``tokenize="none"``), so our
+cased detokenized headline can be set next to published numbers. Its
+signature is sacreBLEU's with ``tok:none``, prefixed with
+``moses-lc-norm-tok:<lang>``. Scripts without spaces (zh, ja, ko) have no
+such convention; their figure is not computed.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ from keras_transformer.settings import SettingsMessage
 
 __all__ = [
     "BLEU_TOKENIZERS",
+    "moses_lc_tokenize",
+    "tokenized_bleu",
     "MissingTokenizerPackages",
     "Scores",
     "bleu_metric",
@@ -131,6 +145,10 @@ class Scores:
         chrf_signature: signature of the chrF metric.
         num_sentences: the number of scored sentences.
         bleu_tokenizer: the sacreBLEU tokenizer BLEU used (``"13a"``, ``"zh"``, ...).
+        tokenized_bleu: BLEU on lowercased, punctuation-normalized,
+            Moses-tokenized text (the literature's Multi30k figure,
+            :func:`tokenized_bleu`), or None (a target without that convention).
+        tokenized_bleu_signature: its signature, or None.
     """
 
     bleu: float
@@ -139,10 +157,17 @@ class Scores:
     chrf_signature: str
     num_sentences: int
     bleu_tokenizer: str = "13a"
+    tokenized_bleu: float | None = None
+    tokenized_bleu_signature: str | None = None
 
     def __str__(self) -> str:
+        tokenized = ""
+        if self.tokenized_bleu is not None:
+            tokenized = (f"BLEU lowercased, Moses-tokenized (the literature's) = {self.tokenized_bleu:.2f} "
+                         f"({self.tokenized_bleu_signature})\n")
         return (
             f"BLEU = {self.bleu:.2f} ({self.bleu_signature})\n"
+            f"{tokenized}"
             f"chrF = {self.chrf:.2f} ({self.chrf_signature})\n"
             f"sentences = {self.num_sentences}"
         )
@@ -188,4 +213,65 @@ def score_corpus(
         chrf_signature=str(chrf.get_signature()),
         num_sentences=len(hypotheses),
         bleu_tokenizer=bleu_tokenizer_for(target_lang, tokenize),
+        **_tokenized_fields(hypotheses, references, target_lang),
     )
+
+
+#: Targets without the lowercased Moses-tokenized convention (no spaces between words).
+_UNTOKENIZED_LANGUAGES = ("zh", "ja", "ko", "th")
+
+
+def moses_lc_tokenize(sentences: Sequence[str], lang: str | None = None) -> list[str]:
+    """Sentences as the official Multi30k ``*.lc.norm.tok.*`` files hold them.
+
+    Lowercase, then Moses' punctuation normalization and tokenizer for
+    ``lang`` (sacremoses, the Python port of ``normalize-punctuation.perl``
+    and ``tokenizer.perl``; no XML escaping).
+
+    Args:
+        sentences: detokenized text, one string per sentence.
+        lang: the language code (default ``en``'s rules).
+
+    Returns:
+        The space-separated tokens of each sentence (``list[str]``).
+    """
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    lang = _language(lang) or "en"
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(normalizer.normalize(s.lower()), escape=False, return_str=True) for s in sentences]
+
+
+def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str],
+                   target_lang: str | None = None) -> tuple[float, str]:
+    """BLEU on lowercased, punctuation-normalized, Moses-tokenized text: the figure Multi30k papers report.
+
+    Both sides go through :func:`moses_lc_tokenize`; sacreBLEU then scores
+    the tokens as they are (``tokenize="none"``, exp smoothing, one reference).
+
+    Args:
+        hypotheses: detokenized system translations.
+        references: detokenized references, aligned.
+        target_lang: their language (the Moses rules), default ``en``'s.
+
+    Returns:
+        ``(bleu, signature)``: the score (0-100) and
+        ``"moses-lc-norm-tok:<lang>+<sacreBLEU's signature>"``.
+
+    Raises:
+        ValueError: if the lists differ in length or are empty.
+    """
+    hypotheses, references = list(hypotheses), list(references)
+    if len(hypotheses) != len(references) or not hypotheses:
+        raise ValueError(f"{len(hypotheses)} hypotheses and {len(references)} references: they must align, not empty")
+    lang = _language(target_lang) or "en"
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+    score = metric.corpus_score(moses_lc_tokenize(hypotheses, lang), [moses_lc_tokenize(references, lang)])
+    return float(score.score), f"moses-lc-norm-tok:{lang}+{metric.get_signature()}"
+
+
+def _tokenized_fields(hypotheses, references, target_lang) -> dict:
+    if _language(target_lang) in _UNTOKENIZED_LANGUAGES:
+        return {}
+    bleu, signature = tokenized_bleu(hypotheses, references, target_lang)
+    return {"tokenized_bleu": bleu, "tokenized_bleu_signature": signature}

@@ -102,3 +102,24 @@ def test_korean_is_scored_on_mecab_ko_morphemes():
     assert "|tok:ko-mecab-" in scores.bleu_signature
     assert scores.bleu == pytest.approx(sacrebleu.corpus_bleu(hyp, [ref], tokenize="ko-mecab").score)
     assert scores.bleu != score_corpus(hyp, ref).bleu
+
+
+def test_the_literatures_tokenized_bleu_equals_the_figure_worked_out_by_hand():
+    """Lowercased, punctuation-normalized, Moses-tokenized BLEU (the Multi30k papers' metric).
+
+    hyp "a man , in a red shirt ." (8 tokens) against ref "a man in a red shirt ." (7): matched
+    n-grams 7/8, 5/7, 3/6, 2/5, no brevity penalty: BLEU = (7/8 * 5/7 * 3/6 * 2/5) ** (1/4) = 0.125 ** 0.25.
+    """
+    from keras_transformer.evaluation import moses_lc_tokenize, score_corpus, tokenized_bleu
+
+    hypothesis, reference = "A man, in a RED shirt.", "A man in a red shirt."
+    assert moses_lc_tokenize([hypothesis, reference], "en") == ["a man , in a red shirt .", "a man in a red shirt ."]
+    bleu, signature = tokenized_bleu([hypothesis], [reference], "en")
+    assert bleu == pytest.approx(100 * 0.125 ** 0.25, abs=1e-6)
+    assert signature.startswith("moses-lc-norm-tok:en+") and "tok:none" in signature
+    # German punctuation is normalized as normalize-punctuation.perl does („ “ -> ").
+    assert moses_lc_tokenize(["Er sagt: „Hallo!“"], "de") == ['er sagt : " hallo ! "']
+    scores = score_corpus([hypothesis], [reference], target_lang="en")
+    assert scores.tokenized_bleu == pytest.approx(bleu) and scores.bleu < 25  # cased 13a: RED is no match
+    assert "BLEU lowercased, Moses-tokenized (the literature's) = 59.46" in str(scores)
+    assert score_corpus(["你好"], ["你好"], target_lang="zh").tokenized_bleu is None  # no such convention

@@ -114,6 +114,9 @@ def run(runner) -> dict[str, Any]:
         "bleu": round(scores.bleu, 2),
         "chrf": round(scores.chrf, 2),
         "bleu_signature": scores.bleu_signature,
+        # The literature's figure (lowercased, Moses-tokenized), when the target has that convention.
+        "bleu_lc_tok": None if scores.tokenized_bleu is None else round(scores.tokenized_bleu, 2),
+        "bleu_lc_tok_signature": scores.tokenized_bleu_signature,
         "train_minutes": round(minutes, 2),
         "preset": settings.training.preset,
         "beam_size": search.beam_size,

@@ -342,7 +342,8 @@ class Runner:
 
         Returns:
             The ``results.json`` record: ``dataset``, ``language_pair``,
-            ``test_split``, ``bleu``, ``chrf``, ``bleu_signature``,
+            ``test_split``, ``bleu``, ``chrf``, ``bleu_signature``, ``bleu_lc_tok``
+            (the literature's lowercased Moses-tokenized BLEU) and its signature,
             ``train_minutes``, ``preset``, ``beam_size``, ``length_penalty``,
             ``saved_model`` and ``best_validation`` (when validated).
 
