@@ -89,7 +89,7 @@ FLAGS = {
     "decoding.seed": "--seed",
     "export.format": "--format", "export.version": "--version", "export.quantization": "--quantization",
     "export.xla": "--xla", "export.xla_max_rows": "--xla-max-rows", "export.sampling": "--sampling",
-    "export.overwrite": "--overwrite",
+    "export.overwrite": "--overwrite", "decoding.ensemble": "--model-dir",
     # Arguments of the Runner's methods that messages name.
     "argument.n_best": "--n-best", "argument.signature": "--signature", "argument.last": "--last",
     "argument.input": "--input", "argument.export_dir": "--export-dir", "argument.force": "--force",
@@ -284,10 +284,15 @@ def _settings(args: argparse.Namespace) -> RunSettings:
     return settings
 
 
-def _runner(args: argparse.Namespace, folder: str, stderr: bool = False):
+def _runner(args: argparse.Namespace, folder: str | list[str], stderr: bool = False):
+    """The Runner of ``folder``; several folders (``--model-dir A B``) make an ensemble of A with the others."""
     from keras_transformer.runner.runner import Runner, stderr_log
 
-    return Runner(folder, _settings(args), log=stderr_log if stderr else None)
+    settings = _settings(args)
+    if isinstance(folder, list):
+        folder, others = folder[0], folder[1:]
+        settings = settings.replace_in("decoding", ensemble=tuple(others))
+    return Runner(folder, settings, log=stderr_log if stderr else None)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -418,9 +423,10 @@ def _add_average(sub) -> None:
 
 def _add_evaluate(sub) -> None:
     evaluate = sub.add_parser("evaluate", help="translate a test set with a trained model and score BLEU/chrF")
-    evaluate.add_argument("--model-dir", required=True, help="a trained model folder (train/run), a CTranslate2 "
-                          "export, or a SavedModel version folder (which translates with its exported beam size and "
-                          "alpha); required")
+    evaluate.add_argument("--model-dir", required=True, nargs="+", help="a trained model folder (train/run), a "
+                          "CTranslate2 export, or a SavedModel version folder (which translates with its exported beam "
+                          "size and alpha); several trained model folders (one vocabulary) translate as an ensemble, "
+                          "their log-probabilities averaged at each step; required")
     evaluate.add_argument("--source", required=True, help="source sentences, one per line (required)")
     evaluate.add_argument("--reference", required=True, help="reference translations, line-aligned (required)")
     evaluate.add_argument("--output", help="write the translations (or the --n-best list) here (default: not "
@@ -440,8 +446,8 @@ def _add_evaluate(sub) -> None:
 
 def _add_export(sub) -> None:
     export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel or for CTranslate2")
-    export.add_argument("--model-dir", required=True, help="the --model-dir of train (or --output-dir of run; "
-                        "required)")
+    export.add_argument("--model-dir", required=True, nargs="+", help="the --model-dir of train (or --output-dir of "
+                        "run); several folders (one vocabulary) export one SavedModel of their ensemble; required")
     export.add_argument("--export-dir", required=True, help="saved_model: TF Serving base path, the model goes to "
                         "<dir>/<version>; ctranslate2: the model directory (required)")
     flags = _Flags(export, RunSettings())
@@ -461,8 +467,9 @@ def _add_export(sub) -> None:
 
 def _add_translate(sub) -> None:
     tr = sub.add_parser("translate", help="translate a file or stdin with an export or a trained model")
-    tr.add_argument("--model", "--saved-model", dest="model", required=True, help="a SavedModel version folder (e.g. "
-                    "runs/multi30k/export/1), a CTranslate2 export or a trained model folder (e.g. runs/multi30k); "
+    tr.add_argument("--model", "--saved-model", dest="model", required=True, nargs="+", help="a SavedModel version "
+                    "folder (e.g. runs/multi30k/export/1), a CTranslate2 export or a trained model folder (e.g. "
+                    "runs/multi30k); several trained model folders (one vocabulary) translate as an ensemble; "
                     "required")
     flags = _Flags(tr, RunSettings())
     _beam_flags(flags, early_stopping=False)
@@ -491,8 +498,9 @@ SCORE_DESCRIPTION = (
 def _add_score(sub) -> None:
     sc = sub.add_parser("score", help="forced decoding: log-probability and length-normalised score of given "
                         "translations", description=SCORE_DESCRIPTION)
-    sc.add_argument("--model", required=True, help="a trained model folder (e.g. runs/multi30k) or a SavedModel "
-                    "version folder (e.g. runs/multi30k/export/1, exported with the score signature); required")
+    sc.add_argument("--model", required=True, nargs="+", help="a trained model folder (e.g. runs/multi30k) or a "
+                    "SavedModel version folder (e.g. runs/multi30k/export/1, exported with the score signature); "
+                    "several trained model folders score as an ensemble; required")
     sc.add_argument("--source", required=True, help="source sentences, one per line (UTF-8, plain or .gz; "
                     "required)")
     sc.add_argument("--target", required=True, help="target sentences, line-aligned with --source (required)")

@@ -423,6 +423,9 @@ class DecodingSettings(_Section):
         True, "beam search stops a sentence once beam-size hypotheses are finished (off: only when no alive "
         "hypothesis can beat its finished ones, as tensor2tensor; slower, same BLEU on Multi30k)",
         "stop once beam-size hypotheses are finished")
+    ensemble: tuple = _setting((), "further trained model folders (with the same vocabulary) whose models translate "
+                               "with this one as an ensemble: their log-probabilities are averaged at each step",
+                               "none, one model")
     batch_size: int = _setting(64, "sentences per batch")
     workers: int | None = _setting(None, "batches translated at once, one TensorFlow thread each",
                                    f"the CPU cores, here {os.cpu_count() or 1}")

@@ -382,6 +382,19 @@ def model_folders(multi30k_dir, tmp_path_factory):
     return folder, paths[1], model, tokenizer, config, files
 
 
+def test_several_model_folders_translate_as_an_ensemble(model_folders, tmp_path, capsys):
+    folder, export, _, _, _, files = model_folders
+    one, two = tmp_path / "one.de", tmp_path / "two.de"
+    assert main(["translate", "--model", str(folder), "--input", str(files / "src.en"), "--output", str(one),
+                 "--beam-size", "2", "--workers", "1"]) == 0
+    assert main(["translate", "--model", str(folder), str(folder), "--input", str(files / "src.en"),
+                 "--output", str(two), "--beam-size", "2", "--workers", "1"]) == 0
+    assert "weights: an ensemble of 2 models: " in capsys.readouterr().err
+    assert two.read_text(encoding="utf-8") == one.read_text(encoding="utf-8")  # two copies: the model itself
+    assert main(["translate", "--model", str(export), str(folder), "--input", str(files / "src.en")]) == 2
+    assert "an ensemble is made of trained model folders" in capsys.readouterr().err
+
+
 def test_score_command_model_folder_and_saved_model(model_folders, capsys):
     import numpy as np
     import tensorflow as tf

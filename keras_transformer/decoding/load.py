@@ -151,6 +151,7 @@ def open_translator(
     sampling_topp: float | None = None,
     sampling_temperature: float | None = None,
     seed: int | None = None,
+    ensemble: "tuple | list" = (),
 ) -> OpenedTranslator:
     """Opens a trained model folder, a SavedModel or a CTranslate2 export for translation.
 
@@ -175,6 +176,9 @@ def open_translator(
         sampling_temperature: divide the logits by it before sampling.
         seed: the sampling seed (int; default 0); batches derive their own
             from it (:func:`batch_seed`).
+        ensemble: further trained model folders (same vocabulary) translated
+            with ``path`` as one :class:`~keras_transformer.decoding.ensemble.Ensemble`
+            (model folders only).
 
     Returns:
         an :class:`OpenedTranslator`.
@@ -211,13 +215,18 @@ def open_translator(
         if kind == "ctranslate2":
             raise RunError(f"{path} is a CTranslate2 export, which translates without sampling here; sample with "
                            "the trained model folder or a SavedModel exported with {export.sampling}")
+    if ensemble and kind != "model_dir":
+        raise RunError(f"{path} is a {kind.replace('_', ' ')}: an ensemble is made of trained model folders; export "
+                       "the ensemble from them ({decoding.ensemble})")
     if kind == "model_dir":
+        from keras_transformer.decoding.ensemble import load_ensemble
         from keras_transformer.decoding.translator import Translator
         from keras_transformer.run_folder import RunFolder
 
-        folder = RunFolder(path)
-        model, tokenizer, config = folder.load()
-        weights = folder.describe_weights()
+        model, tokenizer, config = load_ensemble([path, *ensemble])
+        weights = "; ".join(RunFolder(p).describe_weights() for p in [path, *ensemble])
+        if ensemble:
+            weights = f"an ensemble of {len(ensemble) + 1} models: {weights}"
         if sample:
             translator = Translator(
                 model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,

@@ -123,13 +123,14 @@ def weights_read_once(model: Any) -> contextlib.AbstractContextManager:
     (one ``ReadVariableOp`` per weight and step, 69 per step for the
     ``small`` preset); a ``keras.StatelessScope`` maps each variable to
     its value read here, which the loop then captures as a loop
-    invariant. Weights are still read at every call, so a model trained
+    invariant (plain ``tf.Variable`` objects, such as an ensemble's cached
+    output matrices, are read where they are used). Weights are still read at every call, so a model trained
     further is translated with its current weights. A model without
     variables gets a scope that does nothing.
     """
     import keras
 
-    variables = getattr(model, "variables", None)
+    variables = [v for v in getattr(model, "variables", None) or () if isinstance(v, keras.Variable)]
     if not variables:
         return contextlib.nullcontext()
     return keras.StatelessScope(state_mapping=[(v, tf.convert_to_tensor(v)) for v in variables])

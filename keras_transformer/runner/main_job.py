@@ -53,7 +53,7 @@ def test(runner, trained=None) -> TestResult:
 
     settings = runner.settings
     if trained is None:
-        model, tokenizer, config = runner.folder.load()
+        model, tokenizer, config = runner.load_models()
         corpus = read_corpus(settings.data, runner.log)
     else:
         model, tokenizer, config, corpus = trained.model, trained.tokenizer, trained.config, trained.corpus

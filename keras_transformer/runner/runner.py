@@ -330,7 +330,18 @@ class Runner:
             if settings.format != "saved_model":
                 raise RunError("a ctranslate2 {export.format} needs {argument.export_dir}")
             export_dir = self.folder.export_dir
-        return translating.export(self.folder.load(), export_dir, settings, self.settings.decoding, self.log)
+        return translating.export(self.load_models(), export_dir, settings, self.settings.decoding, self.log)
+
+    def load_models(self):
+        """``(model, tokenizer, config)`` of the run folder, or of its ensemble with ``decoding.ensemble``'s folders.
+
+        Raises:
+            RunError: for a folder that is no model folder, or ensemble
+                members with another vocabulary.
+        """
+        from keras_transformer.decoding.ensemble import load_ensemble
+
+        return load_ensemble([self.folder.path, *self.settings.decoding.ensemble])
 
     # ------------------------------------------------------------------ the main job
 

@@ -46,7 +46,7 @@ def open_model(path: str | os.PathLike, decoding: DecodingSettings, sampling: bo
 
     decoding.check()
     options = dict(beam_size=decoding.beam_size, length_penalty=decoding.length_penalty,
-                   early_stopping=decoding.early_stopping)
+                   early_stopping=decoding.early_stopping, ensemble=tuple(decoding.ensemble))
     if sampling:
         options.update(decoding.sampling_options())
     options.update(overrides)
@@ -193,7 +193,8 @@ def export(loaded, export_dir: str | os.PathLike, settings: ExportSettings, deco
 
     Args:
         loaded: ``(model, tokenizer, config)`` (:meth:`RunFolder.load
-            <keras_transformer.run_folder.RunFolder.load>`).
+            <keras_transformer.run_folder.RunFolder.load>`, or an ensemble's,
+            :func:`~keras_transformer.decoding.ensemble.load_ensemble`).
         export_dir: SavedModel: the TF Serving base path (the model goes to
             ``<dir>/<version>``); CTranslate2: the model directory.
         settings: format, version, quantization, XLA, sampling, overwrite.
@@ -235,6 +236,11 @@ def _export_ctranslate2(model, tokenizer, config, export_dir, settings: ExportSe
                         sampling: dict, log: Log) -> ExportResult:
     from keras_transformer.export.ctranslate2 import export_ctranslate2
 
+    from keras_transformer.decoding.ensemble import Ensemble
+
+    if isinstance(model, Ensemble):
+        raise RunError("a ctranslate2 {export.format} holds one model, not an ensemble ({decoding.ensemble}); "
+                       "export the ensemble as a SavedModel")
     if settings.xla:
         raise RunError("{export.xla} applies to the SavedModel export, not to the ctranslate2 {export.format}")
     if settings.sampling or sampling:
