@@ -475,8 +475,10 @@ def _add_translate(sub) -> None:
     _beam_flags(flags, early_stopping=False)
     tr.add_argument("--input", default="-", help="one sentence per line; - is stdin (default: -, stdin)")
     tr.add_argument("--output", default="-", help="where translations go; - is stdout (default: -, stdout)")
-    tr.add_argument("--signature", default="serving_default", help="SavedModel signature to call: serving_default, "
-                    "beam_search or greedy (default: serving_default)")
+    tr.add_argument("--signature", default="serving_default", help="the SavedModel signature that translates: "
+                    "serving_default or beam_search (beam search as exported) or greedy; of its other signatures, "
+                    "n_best is --n-best's, sample is --seed's, score is the score command's, and token_ids gives ids, "
+                    "not text (default: serving_default)")
     _batch_flags(flags, workers=False)
     tr.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP)
     _sampling_flags(flags)
@@ -536,6 +538,32 @@ def _add_plot(sub) -> None:
     pe.set_defaults(func=_cmd_plot)
 
 
+#: What each command does, shown under its usage line (``--help``).
+DESCRIPTIONS = {
+    "run": "The main job in one go: trains (or resumes) a shared SentencePiece vocabulary and a Transformer on "
+           "Multi30k English->German (or --dataset), translates the test split with beam search and scores it "
+           "(sacreBLEU, chrF, and the literature's lowercased tokenized BLEU), exports the TF Serving SavedModel to "
+           "<output-dir>/export/1 and prints a few translated test sentences. Re-running it resumes a stopped run; "
+           "a finished one is only translated and exported again.",
+    "train": "Trains a vocabulary and a model into --model-dir from a named corpus, line-aligned files, a TSV file, "
+             "TFDS or a prepared folder; re-running the same command after a kill resumes where it stopped.",
+    "prepare": "Tokenizes a corpus once into sharded id files with a manifest, which `train --prepared-dir` streams "
+               "(WMT's size); a folder that already matches is reused.",
+    "average-checkpoints": "Averages the weights of the last N checkpoints of a run folder (Section 6.1).",
+    "evaluate": "Translates a test set with a trained model folder (or several, as an ensemble), a SavedModel or a "
+                "CTranslate2 export and scores it against the references: sacreBLEU BLEU and chrF with their "
+                "signatures.",
+    "export": "Exports a trained model folder (or several, as an ensemble) as a TF Serving SavedModel "
+              "(<export-dir>/<version>) or as a CTranslate2 model directory.",
+    "translate": "Translates one sentence per input line into one line of output, with a SavedModel (the beam size "
+                 "and alpha it was exported with), a CTranslate2 export or trained model folders (beam search, greedy "
+                 "search or sampling chosen here). An empty line gives an empty line; a line without letters or "
+                 "digits comes back as it is; from stdin or a pipe, each translation is written as soon as its line "
+                 "is translated, so the command works as a filter.",
+    "plot": "Draws the encoder-decoder attention heads of a sentence pair, or the positional encoding, to a PNG.",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``keras-transformer`` (see the module docstring)."""
     from keras_transformer import __version__
@@ -548,6 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_run, _add_train, _add_prepare, _add_average, _add_evaluate, _add_export, _add_translate,
                 _add_score, _add_plot):
         add(sub)
+    for name, command in sub.choices.items():
+        command.description = command.description or DESCRIPTIONS[name]
     return parser
 
 

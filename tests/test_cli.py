@@ -497,6 +497,21 @@ def test_n_best_flag_is_checked(model_folders, capsys):
     assert "drop --signature" in capsys.readouterr().err
 
 
+def test_every_command_describes_itself_under_its_usage_line(capsys):
+    import argparse
+
+    from keras_transformer.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert all(len(command.description or "") > 40 for command in commands.values())
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    usage, rest = capsys.readouterr().out.split("\n\n", 1)
+    assert rest.startswith("Translates one sentence per input line")
+    for signature in ("serving_default", "beam_search", "greedy", "n_best", "sample", "score", "token_ids"):
+        assert signature in rest  # --signature names all the export's signatures
+
+
 def test_help_documents_n_best_and_saved_model_settings(capsys):
     with pytest.raises(SystemExit):
         main(["translate", "--help"])

@@ -283,6 +283,10 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
         if signature == "sample":
             raise RunError("{argument.signature} sample: sample with {decoding.seed} (and {decoding.sampling_topk}/"
                            "{decoding.sampling_topp}/{decoding.sampling_temperature}) instead")
+        if signature in ("n_best", "score", "token_ids"):
+            use = {"n_best": "give {argument.n_best} instead", "score": "score translations with Runner.score "
+                   "(`keras-transformer score`)", "token_ids": "it gives token ids, not text"}[signature]
+            raise RunError(f"{{argument.signature}} {signature} does not translate lines into lines: {use}")
         if opened.kind != "saved_model":
             raise RunError("{argument.signature} applies to a SavedModel")
         if n_best:
