@@ -53,10 +53,14 @@ def _map_batches(
     batch_size: int,
     workers: int,
     desc: str,
+    progress: bool = True,
+    line_offset: int = 0,
 ) -> tuple[list[Any], list[int]]:
     """Runs ``fn`` over batches of ``order`` with a progress bar; returns (results by index, truncated 1-based lines).
 
-    ``fn(indices)`` returns ``(indices, one result per index, truncated flags)``.
+    ``fn(indices)`` returns ``(indices, one result per index, truncated flags)``;
+    the truncated line numbers count from ``line_offset + 1``. ``progress``
+    False: no bar (a stream translated batch by batch).
     """
     from tqdm import tqdm
 
@@ -67,11 +71,11 @@ def _map_batches(
     out: list[Any] = [None] * count
     truncated: list[int] = []
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    with tqdm(total=count, desc=desc, unit="sent", file=sys.stderr, disable=None) as bar, \
+    with tqdm(total=count, desc=desc, unit="sent", file=sys.stderr, disable=None if progress else True) as bar, \
             concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         results = pool.map(fn, batches) if workers > 1 else map(fn, batches)
         for indices, values, flags in results:
-            truncated.extend(i + 1 for i, flag in zip(indices, flags) if flag)
+            truncated.extend(line_offset + i + 1 for i, flag in zip(indices, flags) if flag)
             for i, value in zip(indices, values):
                 out[i] = value
             bar.update(len(indices))
@@ -113,6 +117,8 @@ def translate_lines(
     sort_by_length: bool = True,
     workers: int = 1,
     warn_truncated: bool = True,
+    progress: bool = True,
+    line_offset: int = 0,
 ) -> list[str]:
     """Translates ``lines`` in batches with a progress bar; returns them in input order.
 
@@ -161,10 +167,11 @@ def translate_lines(
         return indices, [_text(t) for t in translations], flags
 
     out, truncated = _map_batches(
-        translate_batch, len(lines), _length_order(lines, sort_by_length), batch_size, workers, desc
+        translate_batch, len(lines), _length_order(lines, sort_by_length), batch_size, workers, desc, progress,
+        line_offset,
     )
     if warn_truncated:  # the argument; the function of that name is _warn_lines here
-        _warn_lines(truncated, len(out), "translated from their first max_length - 1 pieces")
+        _warn_lines(truncated, line_offset + len(out), "translated from their first max_length - 1 pieces")
     return out
 
 
@@ -176,6 +183,8 @@ def n_best_lines(
     desc: str = "translating",
     sort_by_length: bool = True,
     workers: int = 1,
+    progress: bool = True,
+    line_offset: int = 0,
 ) -> list[list[tuple[str, float]]]:
     """The ``n`` best hypotheses of every line, with their beam-search scores (Section 6.1).
 
@@ -188,8 +197,8 @@ def n_best_lines(
             ``n_best`` signature.
         lines: sentences (``str``).
         n: hypotheses per line, ``1 <= n <= beam``.
-        batch_size, desc, sort_by_length, workers: as in
-            :func:`translate_lines`.
+        batch_size, desc, sort_by_length, workers, progress, line_offset: as
+            in :func:`translate_lines`.
 
     Returns:
         For each line, in order, a list of ``(hypothesis, score)``: the ``n``
@@ -229,9 +238,10 @@ def n_best_lines(
         return indices, rows, flags
 
     out, truncated = _map_batches(
-        n_best_batch, len(lines), _length_order(lines, sort_by_length), batch_size, workers, desc
+        n_best_batch, len(lines), _length_order(lines, sort_by_length), batch_size, workers, desc, progress,
+        line_offset,
     )
-    warn_truncated(truncated, len(out), "translated from their first max_length - 1 pieces")
+    warn_truncated(truncated, line_offset + len(out), "translated from their first max_length - 1 pieces")
     return out
 
 

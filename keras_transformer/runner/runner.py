@@ -225,8 +225,13 @@ class Runner:
         """
         from keras_transformer.decoding.corpus import format_n_best
 
+        from keras_transformer.decoding.stream import is_stream
+
         translating.check_model_folder(self.folder.path)
         translating.check_request(self.settings.decoding, n_best)
+        translating.check_signature(signature, n_best)
+        if is_stream(input):
+            return self._translate_stream(input, output, n_best, signature)
         name, lines = translating.read_input_lines(input)
         opened = self.open_translator()
         self.log(f"weights: {opened.weights}")
@@ -235,6 +240,40 @@ class Runner:
         text = format_n_best(result) if n_best else "".join(t + "\n" for t in result)
         translating.write_output(output, text)
         return len(lines)
+
+    def _translate_stream(self, input, output, n_best, signature) -> int:
+        """:meth:`translate_file` of a stream: each batch of the lines already arrived written when translated."""
+        from keras_transformer.decoding.corpus import format_n_best
+        from keras_transformer.decoding.stream import translate_stream
+
+        opened = self.open_translator()
+        if n_best:
+            translating.check_n_best(n_best, opened)
+        self.log(f"weights: {opened.weights}")
+        name = "stdin" if os.fspath(input) == "-" else str(input)
+        self.log(f"translating {name} as its lines arrive, with {opened.description}")
+
+        def translate_batch(lines: list[str], before: int) -> list[str]:
+            result = translating.translate_batches(opened, lines, n_best, self.settings.decoding, signature,
+                                                   progress=False, line_offset=before)
+            if n_best:
+                return [format_n_best([entries], start=before + i) for i, entries in enumerate(result)]
+            return [t + "\n" for t in result]
+
+        if os.fspath(output) == "-":
+            write, kept = (lambda text: (sys.stdout.write(text), sys.stdout.flush())), None
+        else:  # a file: written whole at the end (atomically), never half
+            kept = []
+            write = kept.append
+        stream = sys.stdin.buffer if name == "stdin" else open(input, "rb")
+        try:
+            count = translate_stream(translate_batch, stream, write, self.settings.decoding.batch_size, name)
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        if kept is not None:
+            translating.write_output(output, "".join(kept))
+        return count
 
     def evaluate(self, source: str | os.PathLike, reference: str | os.PathLike, *,
                  output: str | os.PathLike | None = None, n_best: int | None = None, target_lang: str | None = None):

@@ -53,6 +53,26 @@ def open_model(path: str | os.PathLike, decoding: DecodingSettings, sampling: bo
     return open_translator(path, **options)
 
 
+def check_signature(signature: str | None, n_best: int | None = None) -> None:
+    """A SavedModel signature asked for translating lines, checked before anything is loaded.
+
+    Raises:
+        RunError: for ``sample``, ``n_best``, ``score`` or ``token_ids`` (each
+            has its own way in), or a signature given with ``n_best``.
+    """
+    if signature in (None, "serving_default"):
+        return
+    if signature == "sample":
+        raise RunError("{argument.signature} sample: sample with {decoding.seed} (and {decoding.sampling_topk}/"
+                       "{decoding.sampling_topp}/{decoding.sampling_temperature}) instead")
+    if signature in ("n_best", "score", "token_ids"):
+        use = {"n_best": "give {argument.n_best} instead", "score": "score translations with Runner.score "
+               "(`keras-transformer score`)", "token_ids": "it gives token ids, not text"}[signature]
+        raise RunError(f"{{argument.signature}} {signature} does not translate lines into lines: {use}")
+    if n_best:
+        raise RunError("{argument.n_best} uses the SavedModel's n_best signature: drop {argument.signature}")
+
+
 def check_model_folder(path: str | os.PathLike) -> str:
     """The kind of model folder ``path`` is (``"model_dir"``, ``"saved_model"``, ``"ctranslate2"``), before loading it.
 
@@ -118,8 +138,10 @@ def read_input_lines(path: str | os.PathLike) -> tuple[str, list[str]]:
         except ValueError as error:
             raise RunError(f"{error}; nothing was translated") from None
     path = pathlib.Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise RunError(f"input file not found: {path}")
+    if path.is_dir():
+        raise RunError(f"the input {path} is a folder, not a file of lines")
     try:
         return str(path), read_text_lines(path)
     except ValueError as error:
@@ -259,7 +281,7 @@ def _export_ctranslate2(model, tokenizer, config, export_dir, settings: ExportSe
 
 
 def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding: DecodingSettings,
-                      signature: str | None = None):
+                      signature: str | None = None, progress: bool = True, line_offset: int = 0):
     """Translations (or n-best lists) of ``lines`` with an opened translator.
 
     Args:
@@ -268,6 +290,7 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
         n_best: hypotheses per sentence (None: the translation only).
         decoding: batch size and workers.
         signature: a SavedModel signature other than ``serving_default``.
+        progress, line_offset: as :func:`~keras_transformer.decoding.corpus.translate_lines`'s.
 
     Returns:
         ``list[str]``, or with ``n_best`` a ``list`` of ``(hypothesis, score)`` lists.
@@ -280,17 +303,9 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
 
     translate_fn = opened.translate
     if signature not in (None, "serving_default"):
-        if signature == "sample":
-            raise RunError("{argument.signature} sample: sample with {decoding.seed} (and {decoding.sampling_topk}/"
-                           "{decoding.sampling_topp}/{decoding.sampling_temperature}) instead")
-        if signature in ("n_best", "score", "token_ids"):
-            use = {"n_best": "give {argument.n_best} instead", "score": "score translations with Runner.score "
-                   "(`keras-transformer score`)", "token_ids": "it gives token ids, not text"}[signature]
-            raise RunError(f"{{argument.signature}} {signature} does not translate lines into lines: {use}")
+        check_signature(signature, n_best)
         if opened.kind != "saved_model":
             raise RunError("{argument.signature} applies to a SavedModel")
-        if n_best:
-            raise RunError("{argument.n_best} uses the SavedModel's n_best signature: drop {argument.signature}")
         if signature not in opened.translator.signatures:
             raise RunError(f"the SavedModel has no signature {signature!r}; it has "
                            f"{', '.join(sorted(opened.translator.signatures))}")
@@ -300,5 +315,7 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
     check_request(decoding, n_best)
     if n_best:
         check_n_best(n_best, opened)
-        return n_best_lines(opened.require("n_best"), lines, n_best, batch_size=decoding.batch_size, workers=workers)
-    return translate_lines(translate_fn, lines, batch_size=decoding.batch_size, workers=workers)
+        return n_best_lines(opened.require("n_best"), lines, n_best, batch_size=decoding.batch_size, workers=workers,
+                            progress=progress, line_offset=line_offset)
+    return translate_lines(translate_fn, lines, batch_size=decoding.batch_size, workers=workers, progress=progress,
+                           line_offset=line_offset)
