@@ -333,6 +333,17 @@ def test_unknown_input_follows_the_tf_translator(models, tokenizer, spm_model):
     assert [t.decode("utf-8") for t in tf_out["translations"].numpy()] == out["translations"]
 
 
+def test_a_line_without_letters_or_digits_comes_back_as_itself(models, tokenizer):
+    """A dash, a question mark, an ellipsis: nothing to translate, in CTranslate2 as in the TF translator."""
+    model, path = models["pre_ln"]
+    batch = ["-", " ? ", "...", "— !", "«»", "A dog runs."]
+    out = CTranslate2Translator(path, beam_size=1, intra_threads=1).translate(batch)
+    assert out["translations"][:5] == ["-", "?", "...", "— !", "«»"] and out["scores"][:5] == [0.0] * 5
+    reference = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=1)
+    assert [t.decode("utf-8") for t in reference.translate_greedy(tf.constant(batch))["translations"].numpy()] \
+        == out["translations"]
+
+
 def test_bfloat16_export_without_torch(models, tokenizer, valid, tmp_path):
     """bfloat16 weights are written through ml_dtypes (no torch): half the float32 bytes, same greedy output."""
     model, _ = models["pre_ln"]

@@ -275,7 +275,7 @@ class CTranslate2Translator:
             if pieces and not is_blank_str(text):
                 pieces = pieces[:keep]
                 unknown = [bool(self._unknown[p]) for p in pieces]
-                if copied_through_str(unknown, (self._word[p] for p in pieces)):
+                if copied_through_str(unknown, (self._word[p] for p in pieces), text):
                     out["translations"][i] = fold_whitespace_str(text)  # nothing the vocabulary knows: copied
                     continue
                 known = len(pieces) - sum(unknown)

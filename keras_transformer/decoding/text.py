@@ -37,8 +37,9 @@ the functions here.
   limit. Two rules bound what it writes:
 
   - a sentence with unknown pieces and no known word (no known piece with a
-    letter or digit: ``"你好世界"``, ``"😀👍"``, ``"你好!"``) is not sent through
-    the model's answer: its translation is the input itself, copied through
+    letter or digit: ``"你好世界"``, ``"😀👍"``, ``"你好!"``), and a sentence
+    without any letter or digit at all (``"-"``, ``"?"``, ``"..."``), is not
+    sent through the model's answer: its translation is the input itself, copied through
     with its whitespace folded (``[\s\p{Z}]+`` -> one space, none at the
     ends), its score ``0.0``, its ids all 0; its search stops at once;
   - otherwise unknown pieces do not count toward the output limit: a
@@ -184,9 +185,14 @@ def fold_whitespace_str(sentence: str) -> str:
     return "".join(out)
 
 
-def copied_through_str(unknown: Iterable[bool], word: Iterable[bool]) -> bool:
-    """:func:`copied_through` of one non-empty sentence, from its pieces' flags: an unknown piece and no known word."""
-    return any(unknown) and not any(word)
+def copied_through_str(unknown: Iterable[bool], word: Iterable[bool], sentence: str = "x") -> bool:
+    """:func:`copied_through` of one non-empty sentence: an unknown piece and no known word, or no letter or digit.
+
+    Args:
+        unknown, word: its pieces' flags (:func:`piece_tables`).
+        sentence: its text (valid UTF-8).
+    """
+    return (any(unknown) and not any(word)) or not any(char.isalnum() for char in sentence)
 
 
 # -- input: sentences -> ids ------------------------------------------------------------------
@@ -220,18 +226,32 @@ def _id_column(batch_size: tf.Tensor, token_id: int) -> tf.RaggedTensor:
     return tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.constant(token_id, tf.int32)))
 
 
-def copied_through(unknown: tf.RaggedTensor, word: tf.RaggedTensor, empty: tf.Tensor) -> tf.Tensor:
-    """Which sentences are translated as themselves (whitespace folded): unknown pieces and no known word.
+#: A sentence of punctuation, symbols and spaces only (no letter ``\pL``, no digit ``\pN``; RE2 syntax).
+NO_WORD_PATTERN = r"[^\pL\pN]*"
+
+
+def copied_through(unknown: tf.RaggedTensor, word: tf.RaggedTensor, empty: tf.Tensor,
+                   sentences: "tf.Tensor | None" = None) -> tf.Tensor:
+    """Which sentences are translated as themselves (whitespace folded).
+
+    Those with unknown pieces and no known word, and those without any letter
+    or digit (a dash, a question mark, ``"..."``: nothing to translate; a
+    model asked anyway invents a sentence).
 
     Args:
         unknown: bool ragged ``[B, (pieces)]``, the sentence's unknown pieces.
         word: bool ragged ``[B, (pieces)]``, its known pieces with a letter or digit.
         empty: bool ``[B]``, empty or whitespace-only sentences (never copied).
+        sentences: the valid-UTF-8 ``[B]`` ``tf.string`` sentences (None: the
+            letter-or-digit rule is not applied).
 
     Returns:
         bool ``[B]``.
     """
-    return tf.reduce_any(unknown, axis=1) & tf.logical_not(tf.reduce_any(word, axis=1)) & tf.logical_not(empty)
+    unknown_only = tf.reduce_any(unknown, axis=1) & tf.logical_not(tf.reduce_any(word, axis=1))
+    if sentences is not None:
+        unknown_only |= tf.strings.regex_full_match(sentences, NO_WORD_PATTERN)
+    return unknown_only & tf.logical_not(empty)
 
 
 def source_ids(
@@ -273,7 +293,7 @@ def source_ids(
     word = tf.ragged.map_flat_values(tf.gather, tf.constant(word_pieces), pieces)
     known = tf.reduce_sum(tf.cast(tf.logical_not(unknown), tf.int32), axis=1)
     empty = tf.logical_or(tf.equal(num_pieces, 0), blank)
-    copied = copied_through(unknown, word, empty)
+    copied = copied_through(unknown, word, empty, sentences)
     max_decode_lengths = tf.minimum(known + 1 + extra_decode_length, max_length)
     # Nothing to search for: EOS at once.
     max_decode_lengths = tf.where(empty | copied, tf.ones_like(max_decode_lengths), max_decode_lengths)
