@@ -346,8 +346,8 @@ class RunFolder:
         match = _CKPT_RE.match(names[-1])
         if match:
             record["step"] = int(match.group(1))
-        if state is not None:
-            record.update(epoch=state.epoch, batch=state.batch)
+        if state is not None:  # the console's 1-based epoch number
+            record.update(epoch=state.epoch_number, batch=state.batch, epoch_complete=state.epoch_complete)
         if epochs is not None:
             record["epochs"] = int(epochs)
         atomic_write_text(self.model_record_path, json.dumps(record, indent=2) + "\n")
@@ -382,7 +382,7 @@ class RunFolder:
                 what = f"the weights of checkpoint {names[-1]}"
             where = []
             if "epoch" in record:
-                done = record["epoch"] + (1 if record.get("batch") else 0)
+                done = record["epoch"] + (0 if "epoch_complete" in record or not record.get("batch") else 1)
                 position = f"epoch {done}" if not record.get("batch") else f"batch {record['batch']} of epoch {done}"
                 where.append(f"training stopped after {position}" + (f" of {record['epochs']}" if "epochs" in record
                                                                      else ""))
@@ -393,7 +393,8 @@ class RunFolder:
             note = ""
             try:
                 info = json.loads(pathlib.Path(f"{self.best_loss}.json").read_text(encoding="utf-8"))
-                note = f", val_loss {info['val_loss']:.4f} after epoch {int(info['epoch']) + 1}"
+                epoch = int(info["epoch"]) + (0 if info.get("epoch_numbering") == "1-based" else 1)
+                note = f", val_loss {info['val_loss']:.4f} after epoch {epoch}"
             except (OSError, ValueError, KeyError):
                 pass
             text += f"; not {self.BEST_LOSS} (the best validation loss{note})"

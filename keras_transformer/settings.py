@@ -573,5 +573,6 @@ class RunSettings(_Section):
         built = {}
         for name, values in record.items():
             section_cls = sections[name].default_factory
-            built[name] = section_cls().replace(**values)
+            # JSON has no tuples: a list stands for a tuple-valued setting (decoding.ensemble).
+            built[name] = section_cls().replace(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
         return cls(**built)

@@ -31,7 +31,7 @@ def test_model_record_says_which_weights_model_keras_holds(tmp_path):
     assert (tmp_path / "model.keras").read_bytes() == b"keras"
     assert json.loads((tmp_path / "model.keras.json").read_text()) == record == {
         "weights": "average", "checkpoints": names, "saved_by": "run", "step": 160, "epoch": 3, "batch": 0,
-        "epochs": 20,
+        "epoch_complete": True, "epochs": 20,
     }
     assert folder.model_record() == record
     assert folder.describe_weights() == (

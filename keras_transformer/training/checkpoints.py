@@ -8,7 +8,12 @@ Layout of a checkpoint directory (written by :class:`ResumableCheckpoint`)::
 
     ckpt-00000120.weights.h5   model + optimizer weights after update step 120
     ckpt-00000160.weights.h5   ... the last ``keep`` of them
-    state.json                 {"epoch", "batch", "batches", "step", "latest"}
+    state.json                 {"epoch", "batch", "epoch_complete", "batches", "step", "latest"}
+
+Epochs are numbered in every file as the console numbers them (``Epoch 3/20``
+is ``"epoch": 3``): the epoch of the last trained batch, with
+``"epoch_complete"`` telling whether it was trained to its end; ``"batch"``
+is the batches of it trained (0 when complete).
 
 Every file is written under a temporary name (``tmp-...``) in the same
 directory and then moved into place with ``os.replace`` (atomic on POSIX), and
@@ -155,6 +160,31 @@ class TrainingState:
     step: int
     latest: str
 
+    @property
+    def epoch_number(self) -> int:
+        """The 1-based number of the epoch of the last trained batch, as the console shows it (``Epoch 3/20``)."""
+        return self.epoch + (1 if self.batch else 0)
+
+    @property
+    def epoch_complete(self) -> bool:
+        """Whether that epoch was trained to its end (an epoch boundary)."""
+        return self.batch == 0
+
+    def to_record(self) -> dict:
+        """The ``state.json`` record: the console's 1-based epoch numbering (module docstring)."""
+        return {"epoch": self.epoch_number, "batch": self.batch, "epoch_complete": self.epoch_complete,
+                "batches": self.batches, "step": self.step, "latest": self.latest}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "TrainingState":
+        """The state of a ``state.json`` record, this format or 0.1's (0-based ``epoch`` in progress)."""
+        record = dict(record)
+        if "epoch_complete" in record:
+            complete = bool(record.pop("epoch_complete"))
+            record["epoch"] = int(record["epoch"]) - (0 if complete else 1)
+            record["batch"] = 0 if complete else int(record["batch"])
+        return cls(**record)
+
 
 def read_state(directory: str | os.PathLike) -> TrainingState | None:
     """The :class:`TrainingState` of ``directory``, or ``None`` when there is none.
@@ -166,7 +196,7 @@ def read_state(directory: str | os.PathLike) -> TrainingState | None:
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as f:
-        state = TrainingState(**json.load(f))
+        state = TrainingState.from_record(json.load(f))
     if not os.path.isfile(os.path.join(os.fspath(directory), state.latest)):
         raise ValueError(f"{path} names {state.latest!r}, which does not exist")
     return state
@@ -275,7 +305,7 @@ class ResumableCheckpoint(keras.callbacks.Callback):
         path = os.path.join(self.directory, name)
         atomic_save_weights(self.model, path)
         state = TrainingState(epoch=int(epoch), batch=int(batch), batches=self.batches, step=step, latest=name)
-        atomic_write_text(os.path.join(self.directory, STATE_FILE), json.dumps(dataclasses.asdict(state)))
+        atomic_write_text(os.path.join(self.directory, STATE_FILE), json.dumps(state.to_record()))
         for old in list_checkpoints(self.directory)[: -self.keep]:
             if os.path.basename(old) != name:
                 os.remove(old)
@@ -311,7 +341,10 @@ class BestCheckpoint(keras.callbacks.Callback):
             return
         self.best = float(value)
         atomic_save_weights(self.model, self.path)
-        atomic_write_text(self._best_file, json.dumps({self.monitor: self.best, "epoch": int(epoch)}))
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) if self.model.optimizer else None
+        # The console's 1-based epoch number (Keras passes the 0-based index).
+        atomic_write_text(self._best_file, json.dumps({self.monitor: self.best, "epoch": int(epoch) + 1,
+                                                       "epoch_numbering": "1-based", "step": step}))
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.PathLike) -> str:

@@ -18,7 +18,7 @@ gives the same weights with the same search on the same sentences. It:
   logs, so later Keras callbacks, the History and the epoch line see them;
 * keeps the weights of the best validation BLEU in
   ``<model_dir>/best_bleu.weights.h5``, with ``best_bleu.weights.h5.json``
-  (BLEU, chrF, step, 0-based epoch, signature) and ``best_bleu.hyp.txt`` (the
+  (BLEU, chrF, step, epoch numbered as the console does, from 1, signature) and ``best_bleu.hyp.txt`` (the
   translations scored), each written atomically (as the checkpoints are);
 * feeds an :class:`EarlyStopping` on ``val_bleu`` or ``val_chrf``.
 
@@ -232,7 +232,7 @@ class EarlyStopping(keras.callbacks.Callback):
         Returns:
             Whether training is to stop.
         """
-        self.history.append({"step": int(step), "epoch": int(epoch), "value": float(value)})
+        self.history.append({"step": int(step), "epoch": int(epoch) + 1, "value": float(value)})
         self._save()
         if self.exhausted:
             self.stopped = True
@@ -446,7 +446,7 @@ class ValidationBLEU(keras.callbacks.Callback):
         scores, hypotheses = self.translate_and_score()
         seconds = time.monotonic() - start
         record = {
-            "step": step, "epoch": epoch, "bleu": scores.bleu, "chrf": scores.chrf,
+            "step": step, "epoch": epoch + 1, "bleu": scores.bleu, "chrf": scores.chrf,
             "sentences": scores.num_sentences, "seconds": round(seconds, 2),
         }
         self.evaluations.append(record)
@@ -460,7 +460,7 @@ class ValidationBLEU(keras.callbacks.Callback):
             note = ""
             if improved:
                 self.best = {
-                    "val_bleu": scores.bleu, "val_chrf": scores.chrf, "step": step, "epoch": epoch,
+                    "val_bleu": scores.bleu, "val_chrf": scores.chrf, "step": step, "epoch": epoch + 1,
                     "sentences": scores.num_sentences, "search": self.search,
                     "bleu_signature": scores.bleu_signature, "chrf_signature": scores.chrf_signature,
                 }

@@ -100,7 +100,8 @@ def test_best_checkpoint_saves_only_improvements(tmp_path):
     restored = _model(3)
     restored.load_weights(tmp_path / "best.weights.h5")
     np.testing.assert_array_equal(restored.get_weights()[0], first[0])
-    assert json.loads((tmp_path / "best.weights.h5.json").read_text()) == {"val_loss": 2.0, "epoch": 0}
+    assert json.loads((tmp_path / "best.weights.h5.json").read_text()) == {  # the console's "Epoch 1/..."
+        "val_loss": 2.0, "epoch": 1, "epoch_numbering": "1-based", "step": 0}
     with h5py.File(tmp_path / "best.weights.h5") as f:
         assert len(f.keys()) > 0
 
@@ -121,13 +122,13 @@ def test_stop_mid_epoch_records_the_position_in_the_epoch(tmp_path):
                 self.model.stop_training = True
 
     state = _fit_with(tmp_path, [StopAfterTwo()])
-    # A re-run continues epoch 0 after its 2 trained batches, instead of skipping to epoch 1.
-    assert (state["epoch"], state["batch"], state["batches"]) == (0, 2, 2)
+    # A re-run continues the first epoch after its 2 trained batches, instead of skipping to the second.
+    assert (state["epoch"], state["batch"], state["epoch_complete"], state["batches"]) == (1, 2, False, 2)
 
 
 def test_full_epoch_records_the_next_epoch(tmp_path):
     state = _fit_with(tmp_path, [])
-    assert (state["epoch"], state["batch"], state["batches"]) == (1, 0, 6)
+    assert (state["epoch"], state["batch"], state["epoch_complete"], state["batches"]) == (1, 0, True, 6)
 
 
 def test_nan_loss_is_never_saved_as_a_checkpoint(tmp_path):
@@ -158,3 +159,14 @@ def test_checkpoints_to_average_bounds_the_span():
             ckpt.checkpoints_to_average(forty_six, last, span)
     with pytest.raises(ValueError, match="not a checkpoint name"):
         ckpt.checkpoints_to_average(["/run/best.weights.h5"], 2)
+
+
+def test_state_json_of_0_1_reads_as_the_same_position(tmp_path):
+    """0.1 wrote the 0-based epoch in progress; the state read back is the same either way."""
+    (tmp_path / "ckpt-00000470.weights.h5").write_bytes(b"")
+    for record in ({"epoch": 1, "batch": 180, "batches": 470, "step": 470, "latest": "ckpt-00000470.weights.h5"},
+                   {"epoch": 2, "batch": 180, "epoch_complete": False, "batches": 470, "step": 470,
+                    "latest": "ckpt-00000470.weights.h5"}):
+        (tmp_path / "state.json").write_text(json.dumps(record))
+        state = ckpt.read_state(tmp_path)
+        assert (state.epoch, state.batch, state.epoch_number, state.epoch_complete) == (1, 180, 2, False)

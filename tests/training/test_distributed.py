@@ -127,5 +127,5 @@ def test_validation_bleu_under_mirrored_strategy_matches_one_device(tmp_path, mu
     assert result["best_bleu_weights"] == weights_at["4"]
     assert len(result["stop_val_loss"]) == 2 and result["weights_at"]["6"] != result["weights_at"]["8"]
     best_epoch = int(np.argmin(result["stop_val_loss"]))
-    assert result["stop_best_loss"]["epoch"] == best_epoch
+    assert result["stop_best_loss"]["epoch"] == best_epoch + 1  # numbered as the console does
     assert result["best_weights"] == weights_at[["6", "8"][best_epoch]]

@@ -326,4 +326,4 @@ def test_time_budget_stops_after_the_batch_it_runs_out_in_and_says_where(tmp_pat
     out = capsys.readouterr().out
     assert "time budget of 0 min reached after batch 1 of epoch 1" in out
     state = json.loads((tmp_path / "checkpoints" / "state.json").read_text())
-    assert (state["epoch"], state["batch"]) == (0, 1)
+    assert (state["epoch"], state["batch"], state["epoch_complete"]) == (1, 1, False)  # "batch 1 of epoch 1"

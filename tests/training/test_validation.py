@@ -160,7 +160,8 @@ def test_early_stopping_on_bleu_stops_after_the_patience_and_stays_stopped(data,
     assert (best["step"], best["val_bleu"]) == (4, 12.0)
     assert (tmp_path / "best_bleu.hyp.txt").read_text().splitlines() == ["step 4"] * len(sources)
     state = json.loads((tmp_path / "checkpoints" / "state.json").read_text())
-    assert (state["epoch"], state["batch"], state["step"]) == (0, 8, 8)  # the position is checkpointed
+    # The position is checkpointed, its epoch numbered as the console does: batch 8 of epoch 1, not complete.
+    assert (state["epoch"], state["batch"], state["epoch_complete"], state["step"]) == (1, 8, False, 8)
 
     # Running the same training again restores step 8 and trains nothing more.
     model, tokenizer, config, train_ds, _ = _setup(data)
@@ -206,7 +207,7 @@ def test_early_stopping_on_loss_counts_epochs_without_improvement(tmp_path):
         assert not model.stop_training
         model.optimizer.iterations = 10 * (epoch + 1)
         stopping.on_epoch_end(epoch, {"loss": 1.0, "val_loss": loss})
-    assert model.stop_training and stopping.best == {"step": 20, "epoch": 1, "value": 2.90}
+    assert model.stop_training and stopping.best == {"step": 20, "epoch": 2, "value": 2.90}  # the console's "Epoch 2"
     assert stopping.mode == "min" and EarlyStopping("val_bleu").mode == "max"
 
 
