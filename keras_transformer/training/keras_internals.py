@@ -26,6 +26,7 @@ __all__ = [
     "SUPPORTED_KERAS",
     "adam_slots",
     "check_keras_version",
+    "finalize_progbar_at_seen",
     "has_own_strategy",
     "learning_rate_as_given",
     "replace_maybe_symbolic_build",
@@ -179,3 +180,28 @@ def adam_slots(optimizer: keras.optimizers.Adam, variable) -> tuple[keras.Variab
     """
     index = optimizer._get_variable_index(variable)
     return optimizer._momentums[index], optimizer._velocities[index]
+
+
+def finalize_progbar_at_seen(logger: keras.callbacks.ProgbarLogger, logs) -> bool:
+    """Ends a ``ProgbarLogger``'s epoch line at the batches it saw, when the epoch stopped early.
+
+    Keras' ``ProgbarLogger._finalize_progbar`` prints the epoch's full step
+    count (``260/260``) and divides the time by it, even when training
+    stopped after 179 batches (a time budget). This prints ``179/260`` and
+    the time per batch actually run. Private: ``ProgbarLogger.seen``,
+    ``.target``, ``.progbar`` (a ``keras.utils.Progbar``); checked on Keras
+    3.15.0 and 3.15.1.
+
+    Args:
+        logger: the epoch's ``ProgbarLogger``.
+        logs: the epoch logs.
+
+    Returns:
+        True when it printed the line (the epoch was cut); False: the caller
+        finalizes as Keras does.
+    """
+    seen, target, progbar = getattr(logger, "seen", 0), getattr(logger, "target", None), getattr(logger, "progbar", None)
+    if progbar is None or target is None or not 0 < seen < target:
+        return False
+    progbar.update(seen, list((logs or {}).items()), finalize=True)
+    return True

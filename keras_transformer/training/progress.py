@@ -15,7 +15,7 @@ from typing import IO
 
 import keras
 
-__all__ = ["StepLog", "fit_verbosity"]
+__all__ = ["EpochProgbar", "StepLog", "fit_verbosity"]
 
 
 class StepLog(keras.callbacks.Callback):
@@ -60,17 +60,36 @@ class StepLog(keras.callbacks.Callback):
         print(f"epoch {self._epoch + 1}, {where}: {metrics}; {rate:.1f} steps/s", file=stream, flush=True)
 
 
+class EpochProgbar(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar and epoch line, telling the truth about an epoch that stopped early.
+
+    When a time budget (or early stopping) ends training inside an epoch,
+    Keras' own line reads ``260/260 - 97s - 372ms/step`` although 179 of the
+    260 batches ran; this one reads ``179/260 - 97s - 542ms/step``
+    (:func:`~keras_transformer.training.keras_internals.finalize_progbar_at_seen`).
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        from keras_transformer.training.keras_internals import finalize_progbar_at_seen
+
+        if not finalize_progbar_at_seen(self, logs):
+            super().on_epoch_end(epoch, logs)
+
+
 def fit_verbosity(every: int = 50, stream: IO[str] | None = None) -> tuple[int, list[keras.callbacks.Callback]]:
     """``(verbose, callbacks)`` for ``model.fit``: a progress bar on a terminal, else epoch lines + :class:`StepLog`.
+
+    Both keep the epoch line true to the batches run (:class:`EpochProgbar`).
 
     Args:
         every: steps between :class:`StepLog` lines off a terminal.
         stream: the output checked for a terminal (default ``sys.stdout``).
 
     Returns:
-        ``(1, [])`` when ``stream`` is a terminal, else ``(2, [StepLog(every)])``.
+        ``(1, [EpochProgbar()])`` when ``stream`` is a terminal, else
+        ``(2, [StepLog(every), EpochProgbar()])``.
     """
     stream = stream or sys.stdout
     if hasattr(stream, "isatty") and stream.isatty():
-        return 1, []
-    return 2, [StepLog(every, stream)]
+        return 1, [EpochProgbar()]
+    return 2, [StepLog(every, stream), EpochProgbar()]

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.training.progress import StepLog, fit_verbosity
+from keras_transformer.training.progress import EpochProgbar, StepLog, fit_verbosity
 
 
 class _Terminal(io.StringIO):
@@ -30,6 +30,26 @@ def test_step_log_prints_every_n_steps_with_position_and_metrics():
 
 
 def test_fit_verbosity_bar_on_a_terminal_lines_elsewhere():
-    assert fit_verbosity(stream=_Terminal()) == (1, [])
+    verbose, callbacks = fit_verbosity(stream=_Terminal())
+    assert verbose == 1 and [type(c) for c in callbacks] == [EpochProgbar]
     verbose, callbacks = fit_verbosity(every=7, stream=io.StringIO())
-    assert verbose == 2 and len(callbacks) == 1 and callbacks[0].every == 7
+    assert verbose == 2 and callbacks[0].every == 7 and isinstance(callbacks[1], EpochProgbar)
+
+
+def test_an_epoch_stopped_early_says_how_many_batches_ran(capsys):
+    """Keras' own line says 10/10 when training stopped after 4 of 10 batches; ours says 4/10."""
+
+    class StopAfterFour(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 3:
+                self.model.stop_training = True
+
+    model = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((10, 3), "float32"), np.zeros((10, 1), "float32")
+    capsys.readouterr()
+    model.fit(x, y, batch_size=1, epochs=1, verbose=2, callbacks=[StopAfterFour(), EpochProgbar()])
+    out = capsys.readouterr().out
+    assert "4/10 - " in out and "10/10" not in out
+    model.fit(x, y, batch_size=1, epochs=1, verbose=2, callbacks=[EpochProgbar()])  # a whole epoch: as Keras
+    assert "10/10 - " in capsys.readouterr().out
