@@ -42,6 +42,7 @@ import dataclasses
 import math
 import os
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 
@@ -49,6 +50,9 @@ from keras_transformer import settings as kt_settings
 from keras_transformer.settings import DEFAULT_AVERAGE_LAST, QUICKSTART_RUN_DIR, RunSettings
 
 __all__ = ["build_parser", "main"]
+
+#: When this process started the command line (the closing lines say how long the command took).
+_STARTED = time.monotonic()
 
 #: ``--dataset`` choices (also :data:`keras_transformer.settings.DATASET_NAMES`).
 DATASET_NAMES = kt_settings.DATASET_NAMES
@@ -295,13 +299,21 @@ def _runner(args: argparse.Namespace, folder: str | list[str], stderr: bool = Fa
     return Runner(folder, settings, log=stderr_log if stderr else None)
 
 
+def _took() -> str:
+    """How long this command has run, for its closing line (TensorFlow's start-up included)."""
+    seconds = time.monotonic() - _STARTED
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     _runner(args, args.output_dir).run()
+    print(f"the whole command took {_took()}", flush=True)
     return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     _runner(args, args.model_dir).train()
+    print(f"the whole command took {_took()}; the model is {args.model_dir}/model.keras", flush=True)
     return 0
 
 
@@ -600,6 +612,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*`shuffle=True` was passed.*")
     from keras_transformer.evaluation import MissingTokenizerPackages
 
+    global _STARTED
+    _STARTED = time.monotonic() if argv is not None else _STARTED  # in-process calls: from the call
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

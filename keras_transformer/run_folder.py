@@ -389,16 +389,38 @@ class RunFolder:
             if "step" in record:
                 where.append(f"step {record['step']}")
             text = f"{path}: {what}" + (f" ({', '.join(where)})" if where else "")
-        if self.best_loss.is_file():
-            note = ""
+        return text + self._best_weights_note(record)
+
+    def _best_weights_note(self, record: dict[str, Any] | None) -> str:
+        """Whether ``best.weights.h5`` / ``best_bleu.weights.h5`` hold the same weights as ``model.keras``, plainly."""
+        single_step = record.get("step") if record and record.get("weights") == "checkpoint" else None
+        same, other = [], []
+        for path, what in ((self.best_loss, "the best validation loss"), (self.best_bleu, "the best validation BLEU")):
+            if not path.is_file():
+                continue
             try:
-                info = json.loads(pathlib.Path(f"{self.best_loss}.json").read_text(encoding="utf-8"))
+                info = json.loads(pathlib.Path(f"{path}.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                info = {}
+            step = info.get("step")
+            if single_step is not None and step == single_step:
+                same.append(f"{what}'s ({path.name})")
+                continue
+            detail = []
+            if "val_loss" in info:
                 epoch = int(info["epoch"]) + (0 if info.get("epoch_numbering") == "1-based" else 1)
-                note = f", val_loss {info['val_loss']:.4f} after epoch {epoch}"
-            except (OSError, ValueError, KeyError):
-                pass
-            text += f"; not {self.BEST_LOSS} (the best validation loss{note})"
-        return text
+                detail.append(f"val_loss {info['val_loss']:.4f} after epoch {epoch}")
+            if "val_bleu" in info:
+                detail.append(f"BLEU {info['val_bleu']:.2f}")
+            if step is not None:
+                detail.append(f"step {step}")
+            other.append(f"{path.name} holds other weights, {what}'s" + (f" ({', '.join(detail)})" if detail else ""))
+        note = ""
+        if same:
+            note += "; these are also " + " and ".join(same) + ": the same weights"
+        if other:
+            note += "; " + "; ".join(other)
+        return note
 
     # ------------------------------------------------------------------ results
 

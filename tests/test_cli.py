@@ -149,6 +149,11 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
     assert record["weights"] == "checkpoint" and record["checkpoints"] == [state["latest"]]
     assert (record["epoch"], record["epochs"], record["saved_by"]) == (1, 1, "run")
     assert f"saved {out / 'model.keras'}: the weights of checkpoint {state['latest']}" in stdout
+    # The closing lines: the scores, where everything is, how long it took; epochs numbered as the console does.
+    assert f"done: multi30k test2016 BLEU {results['bleu']:.2f}, {results['bleu_lc_tok']:.2f} lowercased" in stdout
+    assert f"  results:     {out / 'results.json'}" in stdout and f"  SavedModel:  {export}" in stdout
+    assert "the whole command took " in stdout.splitlines()[-1]
+    assert state["epoch"] == 1 and state["epoch_complete"]
 
     # evaluate loads the trained model in a fresh process (the Keras classes must register), and translate
     # loads the export in another, run at once; export (from the model folder) runs here meanwhile.

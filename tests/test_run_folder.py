@@ -42,14 +42,27 @@ def test_model_record_says_which_weights_model_keras_holds(tmp_path):
     stopped = TrainingState(epoch=1, batch=37, batches=97, step=97, latest="ckpt-00000097.weights.h5")
     folder.save_model(Saved(), ["ckpt-00000097.weights.h5"], "train", stopped, epochs=20)
     (tmp_path / "best.weights.h5").write_bytes(b"")
-    (tmp_path / "best.weights.h5.json").write_text(json.dumps({"val_loss": 3.25, "epoch": 0}))
+    (tmp_path / "best.weights.h5.json").write_text(json.dumps({"val_loss": 3.25, "epoch": 0}))  # 0.1's record
     assert folder.describe_weights() == (
         f"{tmp_path / 'model.keras'}: the weights of checkpoint ckpt-00000097.weights.h5 (training stopped after "
-        "batch 37 of epoch 2 of 20, step 97); not best.weights.h5 (the best validation loss, val_loss 3.2500 after "
-        "epoch 1)"
+        "batch 37 of epoch 2 of 20, step 97); best.weights.h5 holds other weights, the best validation loss's "
+        "(val_loss 3.2500 after epoch 1)"
     )
+    # When the best checkpoints are the saved one, it says so plainly.
+    (tmp_path / "best.weights.h5.json").write_text(json.dumps(
+        {"val_loss": 3.1, "epoch": 2, "epoch_numbering": "1-based", "step": 97}))
+    (tmp_path / "best_bleu.weights.h5").write_bytes(b"")
+    (tmp_path / "best_bleu.weights.h5.json").write_text(json.dumps({"val_bleu": 21.5, "step": 97, "epoch": 2}))
+    assert folder.describe_weights().endswith(
+        "step 97); these are also the best validation loss's (best.weights.h5) and the best validation BLEU's "
+        "(best_bleu.weights.h5): the same weights")
+    (tmp_path / "best_bleu.weights.h5.json").write_text(json.dumps({"val_bleu": 22.0, "step": 80, "epoch": 2}))
+    assert folder.describe_weights().endswith(
+        "the best validation loss's (best.weights.h5): the same weights; best_bleu.weights.h5 holds other weights, "
+        "the best validation BLEU's (BLEU 22.00, step 80)")
     assert sorted(p.name for p in tmp_path.iterdir()) == [  # no temporary file left
-        "best.weights.h5", "best.weights.h5.json", "model.keras", "model.keras.json"]
+        "best.weights.h5", "best.weights.h5.json", "best_bleu.weights.h5", "best_bleu.weights.h5.json", "model.keras",
+        "model.keras.json"]
 
 
 def test_a_model_saved_without_a_record_says_so(tmp_path):

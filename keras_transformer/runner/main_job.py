@@ -127,4 +127,20 @@ def run(runner) -> dict[str, Any]:
     if best is not None:
         results["best_validation"] = best
     folder.write_results(results)
+    _closing_lines(runner, results, tested, trained)
     return results
+
+
+def _closing_lines(runner, results, tested, trained) -> None:
+    """Where everything is, and the scores once more, after the examples."""
+    folder, corpus = runner.folder, tested.corpus
+    tokenized = f", {results['bleu_lc_tok']:.2f} lowercased tokenized" if results.get("bleu_lc_tok") is not None else ""
+    trained_for = "nothing trained (a finished run)" if trained.minutes is None else \
+        f"{results['train_minutes']:.1f} min of training"
+    runner.log(f"done: {corpus.name} {corpus.test_name} BLEU {results['bleu']:.2f}{tokenized} (chrF "
+               f"{results['chrf']:.2f}), {trained_for}")
+    runner.log(f"  results:     {folder.results_path}")
+    runner.log(f"  model:       {folder.model_path} ({trained.weights.split(': ', 1)[-1].split(';')[0]})")
+    runner.log(f"  SavedModel:  {results['saved_model']}")
+    runner.log(f"  translations of the test split: {folder.hypotheses(corpus.test_name, corpus.target_lang)}")
+    runner.log(f"  translate:   echo \"...\" | keras-transformer translate --model {results['saved_model']}")
