@@ -90,7 +90,8 @@ FLAGS = {
     "decoding.early_stopping": "--no-early-stopping", "decoding.batch_size": "--batch-size",
     "decoding.workers": "--workers", "decoding.sampling_topk": "--sampling-topk",
     "decoding.sampling_topp": "--sampling-topp", "decoding.sampling_temperature": "--sampling-temperature",
-    "decoding.seed": "--seed",
+    "decoding.seed": "--seed", "decoding.no_repeat_ngram_size": "--no-repeat-ngram-size",
+    "decoding.repetition_penalty": "--repetition-penalty",
     "export.format": "--format", "export.version": "--version", "export.quantization": "--quantization",
     "export.xla": "--xla", "export.xla_max_rows": "--xla-max-rows", "export.sampling": "--sampling",
     "export.overwrite": "--overwrite", "decoding.ensemble": "--model-dir",
@@ -267,6 +268,11 @@ def _sampling_flags(flags: _Flags, seed: bool = True) -> None:
         flags.add("decoding.seed", type=int, metavar="S")
 
 
+def _guard_flags(flags: _Flags) -> None:
+    flags.add("decoding.no_repeat_ngram_size", type=_non_negative_int)
+    flags.add("decoding.repetition_penalty", type=float)
+
+
 def _batch_flags(flags: _Flags, workers: bool = True) -> None:
     flags.add("decoding.batch_size", type=int)
     if workers:
@@ -381,6 +387,7 @@ def _add_run(sub) -> None:
                      help=f"vocabulary, checkpoints, model and export (default: {QUICKSTART_RUN_DIR})")
     _training_flags(flags)
     _beam_flags(flags)
+    _guard_flags(flags)
     flags.add("evaluation.test_batch_size", type=int)
     flags.add("evaluation.num_examples", type=int)
     run.set_defaults(func=_cmd_run)
@@ -452,6 +459,7 @@ def _add_evaluate(sub) -> None:
     evaluate.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP + "; the list goes to "
                           "--output (default: stdout) and BLEU/chrF score the best hypothesis")
     _sampling_flags(flags)
+    _guard_flags(flags)
     flags.add("decoding.workers", type=int)
     evaluate.set_defaults(func=_cmd_evaluate)
 
@@ -473,6 +481,7 @@ def _add_export(sub) -> None:
     flags.add("export.xla_max_rows", type=int)
     flags.add("export.sampling")
     _sampling_flags(flags, seed=False)
+    _guard_flags(flags)
     flags.add("export.overwrite")
     export.set_defaults(func=_cmd_export)
 
@@ -494,6 +503,7 @@ def _add_translate(sub) -> None:
     _batch_flags(flags, workers=False)
     tr.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP)
     _sampling_flags(flags)
+    _guard_flags(flags)
     flags.add("decoding.workers", type=int)
     tr.set_defaults(func=_cmd_translate)
 

@@ -426,6 +426,12 @@ class DecodingSettings(_Section):
     ensemble: tuple = _setting((), "further trained model folders (with the same vocabulary) whose models translate "
                                "with this one as an ensemble: their log-probabilities are averaged at each step",
                                "none, one model")
+    no_repeat_ngram_size: int = _setting(
+        0, "a repetition guard of every search: never write an n-gram of this size twice (0: off; n >= 2; "
+        "CTranslate2's and fairseq's option of that name)")
+    repetition_penalty: float = _setting(
+        1.0, "a repetition guard of every search: divide the positive logits of the tokens already written by this "
+        "(and multiply the negative ones), >= 1 (1: off; CTRL, Keskar et al. 2019)")
     batch_size: int = _setting(64, "sentences per batch")
     workers: int | None = _setting(None, "batches translated at once, one TensorFlow thread each",
                                    f"the CPU cores, here {os.cpu_count() or 1}")
@@ -453,6 +459,12 @@ class DecodingSettings(_Section):
                                      "workers": self.workers}, 1)
         if self.length_penalty is not None and not self.length_penalty >= 0:
             raise RunError(f"{{decoding.length_penalty}} must be >= 0, got {self.length_penalty!r}")
+        if isinstance(self.no_repeat_ngram_size, bool) or self.no_repeat_ngram_size < 0 or \
+                self.no_repeat_ngram_size == 1:
+            raise RunError(f"{{decoding.no_repeat_ngram_size}} must be 0 (off) or >= 2, got {self.no_repeat_ngram_size}")
+        if not 1.0 <= self.repetition_penalty < float("inf"):
+            raise RunError(f"{{decoding.repetition_penalty}} must be a finite number >= 1, got "
+                           f"{self.repetition_penalty!r}")
         if self.sampling_topk is not None and (isinstance(self.sampling_topk, bool) or self.sampling_topk < 0):
             raise RunError(f"{{decoding.sampling_topk}} must be an int >= 0, got {self.sampling_topk!r}")
         if self.sampling_topp is not None and not 0.0 < self.sampling_topp <= 1.0:
@@ -471,6 +483,10 @@ class DecodingSettings(_Section):
         """Whether a sampling setting or a seed is given."""
         return any(v is not None for v in (self.sampling_topk, self.sampling_topp, self.sampling_temperature,
                                             self.seed))
+
+    def guard_options(self) -> dict[str, Any]:
+        """The repetition guard's settings, as Translator keywords."""
+        return {"no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty}
 
     def sampling_options(self) -> dict[str, Any]:
         """The sampling settings given, as ``open_translator`` keywords (empty: no sampling)."""

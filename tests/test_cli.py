@@ -400,6 +400,26 @@ def test_several_model_folders_translate_as_an_ensemble(model_folders, tmp_path,
     assert "an ensemble is made of trained model folders" in capsys.readouterr().err
 
 
+def test_the_repetition_guard_from_the_command_line(model_folders, tmp_path, capsys):
+    folder, export, _, _, _, files = model_folders
+    out = tmp_path / "guarded.de"
+    assert main(["translate", "--model", str(folder), "--input", str(files / "src.en"), "--output", str(out),
+                 "--no-repeat-ngram-size", "2", "--repetition-penalty", "1.2", "--workers", "1"]) == 0
+    for line in out.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        bigrams = list(zip(words, words[1:]))
+        assert len(bigrams) <= len(set(bigrams)) + 1  # pieces, not words, are guarded: a word pair may recur once
+    assert main(["translate", "--model", str(export), "--input", str(files / "src.en"),
+                 "--no-repeat-ngram-size", "3"]) == 2
+    assert "exported with no_repeat_ngram_size 0" in capsys.readouterr().err
+    assert main(["export", "--model-dir", str(folder), "--export-dir", str(tmp_path / "export"),
+                 "--no-repeat-ngram-size", "3", "--beam-size", "2"]) == 0
+    record = json.loads((tmp_path / "export" / "1" / "assets.extra" / "export_config.json").read_text())
+    assert record["decoding"]["no_repeat_ngram_size"] == 3  # recorded like the beam size
+    with pytest.raises(SystemExit):
+        main(["translate", "--model", str(folder), "--no-repeat-ngram-size", "-1"])
+
+
 def test_score_command_model_folder_and_saved_model(model_folders, capsys):
     import numpy as np
     import tensorflow as tf

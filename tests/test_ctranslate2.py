@@ -344,6 +344,15 @@ def test_a_line_without_letters_or_digits_comes_back_as_itself(models, tokenizer
         == out["translations"]
 
 
+def test_the_repetition_guard_is_ctranslate2s_own(models, valid):
+    _, path = models["pre_ln"]
+    guarded = CTranslate2Translator(path, beam_size=2, intra_threads=1, no_repeat_ngram_size=2)
+    for ids in guarded.translate(valid[0][:40])["output_ids"]:
+        bigrams = list(zip(ids, ids[1:]))
+        assert len(bigrams) == len(set(bigrams))
+    assert guarded.get_config()["no_repeat_ngram_size"] == 2
+
+
 def test_bfloat16_export_without_torch(models, tokenizer, valid, tmp_path):
     """bfloat16 weights are written through ml_dtypes (no torch): half the float32 bytes, same greedy output."""
     model, _ = models["pre_ln"]

@@ -163,6 +163,8 @@ class CTranslate2Translator:
         intra_threads: int = 0,
         device: str = "cpu",
         max_batch_size: int = 32,
+        no_repeat_ngram_size: int = 0,
+        repetition_penalty: float = 1.0,
     ):
         ct2 = import_ctranslate2()
         import sentencepiece as spm
@@ -188,6 +190,11 @@ class CTranslate2Translator:
         self.beam_size = settings["beam_size"]
         self.length_penalty = settings["length_penalty"]
         self.max_batch_size = check_int("CTranslate2Translator", "max_batch_size", max_batch_size, 0)
+        from keras_transformer.decoding.search.logits import check_repetition_settings
+
+        # CTranslate2's own options of the same names (the Translator's repetition guard).
+        self.no_repeat_ngram_size, self.repetition_penalty = check_repetition_settings(
+            no_repeat_ngram_size, repetition_penalty)
         self._processor = spm.SentencePieceProcessor()
         self._processor.LoadFromSerializedProto(model_bytes)
         self._vocab_size = int(self._processor.get_piece_size())
@@ -207,6 +214,7 @@ class CTranslate2Translator:
         """The decoding settings and the model directory (JSON-serializable)."""
         return {"max_length": self.max_length, "extra_decode_length": self.extra_decode_length,
                 "beam_size": self.beam_size, "length_penalty": self.length_penalty,
+                "no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty,
                 "max_batch_size": self.max_batch_size, "model_dir": self.model_dir}
 
     def _run(self, sources: list[list[int]], steps: int) -> list[tuple[list[int], float]]:
@@ -221,6 +229,8 @@ class CTranslate2Translator:
             max_input_length=0,  # sources are truncated here, with the flag
             return_scores=True,
             return_end_token=True,  # |Y| counts EOS, as ours does
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            repetition_penalty=self.repetition_penalty,
         )
         outputs = []
         for result in results:

@@ -152,6 +152,8 @@ def open_translator(
     sampling_temperature: float | None = None,
     seed: int | None = None,
     ensemble: "tuple | list" = (),
+    no_repeat_ngram_size: int = 0,
+    repetition_penalty: float = 1.0,
 ) -> OpenedTranslator:
     """Opens a trained model folder, a SavedModel or a CTranslate2 export for translation.
 
@@ -176,6 +178,10 @@ def open_translator(
         sampling_temperature: divide the logits by it before sampling.
         seed: the sampling seed (int; default 0); batches derive their own
             from it (:func:`batch_seed`).
+        no_repeat_ngram_size, repetition_penalty: the repetition guard of
+            every search (:class:`~keras_transformer.decoding.Translator`); a
+            SavedModel keeps the guard it was exported with, which these must
+            equal; a CTranslate2 export applies CTranslate2's own options.
         ensemble: further trained model folders (same vocabulary) translated
             with ``path`` as one :class:`~keras_transformer.decoding.ensemble.Ensemble`
             (model folders only).
@@ -191,6 +197,7 @@ def open_translator(
             exported without the ``sample`` signature or from a CTranslate2
             export.
     """
+    guard = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
     kind = folder_kind(path)
     if kind is None:
         raise ValueError(
@@ -231,7 +238,7 @@ def open_translator(
             translator = Translator(
                 model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
                 jit_compile=jit_compile, sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
-                cache_output_matrix=True,
+                cache_output_matrix=True, **guard,
             )
             return OpenedTranslator(
                 kind, _sampled(translator.translate_sampled, seed),
@@ -243,7 +250,7 @@ def open_translator(
         translator = Translator(
             model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
             beam_size=beam, length_penalty=alpha, jit_compile=jit_compile,
-            early_stopping=True if early_stopping is None else early_stopping, cache_output_matrix=True,
+            early_stopping=True if early_stopping is None else early_stopping, cache_output_matrix=True, **guard,
         )
         fn = translator.translate if beam > 1 else translator.translate_greedy
         return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator,
@@ -254,7 +261,7 @@ def open_translator(
 
         from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
 
-        translator = CTranslate2Translator(path, beam_size=beam_size, length_penalty=length_penalty)
+        translator = CTranslate2Translator(path, beam_size=beam_size, length_penalty=length_penalty, **guard)
 
         def translate(batch):
             texts = [s.decode("utf-8", errors="replace") for s in batch.numpy()]
@@ -280,6 +287,11 @@ def open_translator(
     config_path = pathlib.Path(path, "assets.extra", "export_config.json")
     record = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
     decoding = record.get("decoding", {})
+    for name, value in guard.items():  # exported settings, as the beam size (exports before the guard: off)
+        exported = decoding.get(name, 1.0 if name == "repetition_penalty" else 0)
+        if float(value) != float(exported):
+            raise RunError(f"the SavedModel {path} was exported with {name} {exported}: it translates with that "
+                           f"setting; re-export it with {{decoding.{name}}} {value} for another")
     if sample:
         return _open_saved_model_sampling(path, record, sampling, seed)
     exported_beam, exported_alpha = decoding.get("beam_size"), decoding.get("length_penalty")

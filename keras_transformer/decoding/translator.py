@@ -83,6 +83,9 @@ from keras_transformer.decoding import model_calls, text
 from keras_transformer.decoding.search import (
     beam_search, check_sampling, greedy_search, length_penalty_factor, sample_search,
 )
+from keras_transformer.decoding.search.logits import (
+    check_repetition_settings, guard_repetition, init_repetition_history,
+)
 from keras_transformer.settings import DEFAULT_BEAM_SIZE
 
 __all__ = ["Translator"]
@@ -143,13 +146,21 @@ class Translator(tf.Module):
             restriction).
         sampling_temperature: ``translate_sampled`` divides the logits by it
             (float > 0; default 1: the model's distribution).
+        no_repeat_ngram_size: every search (greedy, beam, sampling, n-best)
+            never writes an n-gram of this size twice (0: off; n >= 2), as
+            CTranslate2's option of that name and fairseq's
+            ``--no-repeat-ngram-size``
+            (:func:`~keras_transformer.decoding.search.logits.guard_repetition`).
+        repetition_penalty: every search divides the positive logits of the
+            tokens it already wrote by this (and multiplies the negative
+            ones), float >= 1 (1: off; CTRL, Keskar et al. 2019).
         name: module name.
 
     Raises:
         ValueError: naming the argument, for a non-positive or non-int size, a
             negative length penalty, a ``max_length`` larger than the model's,
-            a tokenizer vocabulary larger than the model's, or sampling
-            settings out of range.
+            a tokenizer vocabulary larger than the model's, or sampling or
+            repetition settings out of range.
 
     Example:
 
@@ -175,6 +186,8 @@ class Translator(tf.Module):
         sampling_topk: int = 0,
         sampling_topp: float = 1.0,
         sampling_temperature: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        repetition_penalty: float = 1.0,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -196,6 +209,10 @@ class Translator(tf.Module):
             for setting in ("top_k", "top_p", "temperature"):
                 message = message.replace(setting, "sampling_" + setting.replace("_", ""))
             raise ValueError(f"Translator {message}") from None
+        try:
+            guard = check_repetition_settings(no_repeat_ngram_size, repetition_penalty)
+        except ValueError as error:
+            raise ValueError(f"Translator {error}") from None
         model_max_length = getattr(model, "max_length", None)
         if isinstance(model_max_length, int) and max_length > model_max_length:
             raise ValueError(
@@ -214,6 +231,7 @@ class Translator(tf.Module):
             "early_stopping": early_stopping, "xla_max_rows": xla_max_rows, "compute_dtype": compute_dtype,
             "cache_output_matrix": cache_output_matrix, "sampling_topk": sampling_topk,
             "sampling_topp": sampling_topp, "sampling_temperature": sampling_temperature,
+            "no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty,
         }
         self.model = model
         self.tokenizer = tokenizer
@@ -226,6 +244,7 @@ class Translator(tf.Module):
         self.early_stopping = bool(early_stopping)
         self.xla_max_rows = xla_max_rows
         self.sampling_topk, self.sampling_topp, self.sampling_temperature = sampling
+        self.no_repeat_ngram_size, self.repetition_penalty = guard
         # The [d_model, vocab] projection, copied once (tied embeddings only; see the docstring).
         self.output_matrix = None
         if cache_output_matrix and getattr(model, "tie_embeddings", False) and callable(
@@ -264,6 +283,8 @@ class Translator(tf.Module):
             "sampling_topk": self.sampling_topk,
             "sampling_topp": self.sampling_topp,
             "sampling_temperature": self.sampling_temperature,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "repetition_penalty": self.repetition_penalty,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
             # Recorded so an export tells whether it has the rule (exports made before it lack the key).
@@ -299,10 +320,21 @@ class Translator(tf.Module):
         return output_matrix() if callable(output_matrix) else None
 
     def _start(self, source_ids, max_decode_lengths, xla):
-        """:func:`keras_transformer.decoding.model_calls.start` with this translator's settings."""
-        return model_calls.start(
+        """:func:`keras_transformer.decoding.model_calls.start` with this translator's settings.
+
+        With a repetition guard the cache also holds what each row has written
+        (:func:`~keras_transformer.decoding.search.logits.init_repetition_history`).
+        """
+        initial_ids, cache, max_decode_lengths = model_calls.start(
             self.model, source_ids, max_decode_lengths, xla, self.max_length, self.extra_decode_length, self.bos_id
         )
+        if self.no_repeat_ngram_size or self.repetition_penalty != 1.0:
+            cache = init_repetition_history(cache, tf.shape(initial_ids)[0], self.max_length)
+        return initial_ids, cache, max_decode_lengths
+
+    def _guarded(self, symbols_to_logits_fn):
+        """``symbols_to_logits_fn`` with this translator's repetition guard (the same function when it is off)."""
+        return guard_repetition(symbols_to_logits_fn, self.no_repeat_ngram_size, self.repetition_penalty)
 
     def _bucket(self, source_ids):
         """Pads ``source_ids`` on the right to a multiple of ``source_bucket_width`` (for XLA).
@@ -324,7 +356,7 @@ class Translator(tf.Module):
     def _sample_search_ids(self, source_ids, max_decode_lengths, seed, xla=False):
         with model_calls.weights_read_once(self.model):
             initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
-            model_logits = model_calls.symbols_to_logits_fn(self.model, self._cached_output_matrix())
+            model_logits = self._guarded(model_calls.symbols_to_logits_fn(self.model, self._cached_output_matrix()))
 
             def symbols_to_logits(step_ids, step, cache):
                 logits, cache = model_logits(step_ids, step, cache)
@@ -350,9 +382,9 @@ class Translator(tf.Module):
     def _beam_search_loop(self, source_ids, max_decode_lengths, xla, output_matrix):
         initial_ids, cache, max_decode_lengths = self._start(source_ids, max_decode_lengths, xla)
         return beam_search(
-            model_calls.symbols_to_logits_fn(
+            self._guarded(model_calls.symbols_to_logits_fn(
                 self.model, self._output_matrix() if output_matrix is None else output_matrix
-            ),
+            )),
             initial_ids,
             cache,
             beam_size=self.beam_size,
@@ -372,7 +404,7 @@ class Translator(tf.Module):
         if output_matrix is None:
             output_matrix = self._cached_output_matrix()
         return greedy_search(
-            model_calls.symbols_to_logits_fn(self.model, output_matrix),
+            self._guarded(model_calls.symbols_to_logits_fn(self.model, output_matrix)),
             initial_ids,
             cache,
             max_length=self.max_length,

@@ -46,7 +46,8 @@ def open_model(path: str | os.PathLike, decoding: DecodingSettings, sampling: bo
 
     decoding.check()
     options = dict(beam_size=decoding.beam_size, length_penalty=decoding.length_penalty,
-                   early_stopping=decoding.early_stopping, ensemble=tuple(decoding.ensemble))
+                   early_stopping=decoding.early_stopping, ensemble=tuple(decoding.ensemble),
+                   **decoding.guard_options())
     if sampling:
         options.update(decoding.sampling_options())
     options.update(overrides)
@@ -186,7 +187,7 @@ def make_translator(model, tokenizer, config, decoding: DecodingSettings, *, jit
     translator = Translator(
         model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
         beam_size=beam_size, length_penalty=alpha, jit_compile=jit_compile, early_stopping=decoding.early_stopping,
-        xla_max_rows=xla_max_rows, cache_output_matrix=True, **sampling,
+        xla_max_rows=xla_max_rows, cache_output_matrix=True, **decoding.guard_options(), **sampling,
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
     search = f"beam search (beam {beam_size}, alpha {alpha})" if beam_size > 1 else "greedy search"
