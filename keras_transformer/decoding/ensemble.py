@@ -49,7 +49,8 @@ class Ensemble(tf.Module):
     Example:
 
     >>> ensemble = Ensemble([model_a, model_b])                      # doctest: +SKIP
-    >>> Translator(ensemble, tokenizer, max_length=128).translate(tf.constant(["A dog runs."]))  # doctest: +SKIP
+    >>> translator = Translator(ensemble, tokenizer, max_length=128)  # doctest: +SKIP
+    >>> translator.translate(tf.constant(["A dog runs."]))            # doctest: +SKIP
     """
 
     #: The Translator caches no output matrix of its own: each member keeps its own (below).

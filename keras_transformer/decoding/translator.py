@@ -167,6 +167,11 @@ class Translator(tf.Module):
     >>> translator = Translator(model, tokenizer, max_length=128)    # doctest: +SKIP
     >>> out = translator.translate(tf.constant(["A dog runs."]))     # doctest: +SKIP
     >>> out["translations"], out["scores"], out["truncated"]         # doctest: +SKIP
+
+    Keep the translator in a name, as above: TensorFlow binds a ``tf.function``
+    method to its object weakly, so ``Translator(...).translate(x)`` on a
+    temporary can fail with ``'NoneType' object has no attribute ...`` once
+    the garbage collector frees the temporary mid-call.
     """
 
     def __init__(

@@ -19,7 +19,9 @@ def test_punctuation_alone_is_copied_through_by_every_search(model, tokenizer):
     assert _texts(beam["translations"])[:-1] == EXPECTED
     assert beam["scores"].numpy()[:-1].tolist() == [0.0] * len(LINES)
     assert _texts(translator.translate_greedy(batch)["translations"])[:-1] == EXPECTED
-    sampled = Translator(model, tokenizer, max_length=20, sampling_topk=5).translate_sampled(batch, tf.constant(3, tf.int64))
+    # Keep the sampler in a name: a tf.function method holds its object weakly.
+    sampler = Translator(model, tokenizer, max_length=20, sampling_topk=5)
+    sampled = sampler.translate_sampled(batch, tf.constant(3, tf.int64))
     assert _texts(sampled["translations"])[:-1] == EXPECTED
     n_best = translator.translate_n_best(batch)
     assert [row[0].decode("utf-8") for row in n_best["translations"].numpy().tolist()][:-1] == EXPECTED
