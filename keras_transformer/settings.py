@@ -81,7 +81,7 @@ QUICKSTART_RUN_DIR = "runs/multi30k"
 #: The training budget of the Quickstart's main job, in minutes.
 QUICKSTART_TRAIN_MINUTES = 6.0
 #: The named corpora of ``data.dataset`` (:data:`keras_transformer.data.DATASETS` has their languages).
-DATASET_NAMES = ("multi30k", "tatoeba_spa_eng")
+DATASET_NAMES = ("multi30k", "tatoeba_spa_eng", "tatoeba_cmn_eng")
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_0-9]+)\}")
 
@@ -205,10 +205,11 @@ class DataSettings(_Section):
     """
 
     dataset: str | None = _setting(
-        None, "a corpus read from {data.data_dir} with its own train/valid/test split: multi30k (en->de) or "
-        "tatoeba_spa_eng (tatoeba_spa_eng/spa.txt, es->en, 2,000 valid and 2,000 test pairs held out with seed 0)",
+        None, "a corpus read from {data.data_dir} with its own train/valid/test split: multi30k (en->de), "
+        "tatoeba_spa_eng (tatoeba_spa_eng/spa.txt, es->en, 2,000 valid and 2,000 test pairs held out with seed 0) "
+        "or tatoeba_cmn_eng (tatoeba_cmn_eng/cmn.txt, zh->en, 1,000 and 1,000 held out)",
         "multi30k unless another data source is given", DATASET_NAMES)
-    data_dir: str | None = _setting(None, "folder holding multi30k/ and tatoeba_spa_eng/", "$KERAS_TRANSFORMER_DATA")
+    data_dir: str | None = _setting(None, "folder holding multi30k/, tatoeba_spa_eng/ and tatoeba_cmn_eng/", "$KERAS_TRANSFORMER_DATA")
     cache_dir: str | None = _setting(None, "where a downloaded Multi30k goes", "~/.cache/keras_transformer")
     download: bool = _setting(True, "download Multi30k when it is missing (off: fail if the files are missing)",
                               "download")

@@ -6,6 +6,12 @@
   pieces, y-axis the target pieces.
 * :func:`plot_positional_encoding`: the sinusoid matrix of Section 3.5.
 
+Pieces of scripts that matplotlib's default font lacks (Chinese, Japanese,
+Korean) are drawn with a CJK font found at run time (:func:`cjk_font`): an
+installed one (e.g. Debian's ``fonts-noto-cjk``), else Noto Sans CJK SC from
+the ``mplfonts`` package (``pip install "keras_transformer[cjk]"``); without
+either, a warning says how to get one, and the labels are boxes.
+
 Figures are drawn with matplotlib's Agg canvas on a ``matplotlib.figure.Figure``
 (no ``pyplot``, no display, the global backend is left alone), so they work on
 a headless server, in tests and in notebooks (show the written PNG, e.g. with
@@ -15,9 +21,13 @@ a headless server, in tests and in notebooks (show the written PNG, e.g. with
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import math
 import os
 import pathlib
+import unicodedata
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,6 +36,7 @@ __all__ = [
     "AttentionPlot",
     "PositionalEncodingPlot",
     "attention_matrices",
+    "cjk_font",
     "plot_attention_heads",
     "plot_positional_encoding",
     "positional_encoding_matrix",
@@ -53,6 +64,8 @@ class AttentionPlot:
         layer: the decoder layer index plotted (0-based, non-negative).
         path: the PNG written, or ``None``.
         num_layers: the model's decoder layers.
+        label_font: the family of the CJK font the axis labels were drawn
+            with (:func:`cjk_font`), or None (no CJK piece, or no such font).
     """
 
     figure: Any
@@ -64,6 +77,7 @@ class AttentionPlot:
     layer: int
     path: str | None
     num_layers: int = 0
+    label_font: str | None = None
 
 
 @dataclasses.dataclass
@@ -100,6 +114,67 @@ def _save(figure, path: _PathLike | None) -> str | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png", bbox_inches="tight")
     return str(path)
+
+
+#: Installed fonts that draw Chinese (and Japanese, Korean) looked for by family name, best first.
+CJK_FONT_NAMES = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN",
+    "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "Microsoft YaHei", "PingFang SC",
+    "Heiti SC", "SimHei", "Noto Sans CJK KR", "Noto Sans CJK TC",
+)
+#: The font of the ``mplfonts`` package used when no installed font has the glyphs.
+MPLFONTS_FILE = "NotoSansCJKsc-Regular.otf"
+_NO_CJK_FONT = (
+    "no font with Chinese/Japanese/Korean glyphs was found, so the pieces {chars} are drawn as boxes: "
+    'pip install "keras_transformer[cjk]" (the mplfonts package, Noto Sans CJK SC), or install a CJK font '
+    "(Debian/Ubuntu: apt install fonts-noto-cjk; then delete matplotlib's font cache, ~/.cache/matplotlib)"
+)
+
+
+@functools.lru_cache(maxsize=None)
+def cjk_font() -> str | None:
+    """The family name of a font that draws CJK characters, found at run time (cached), or None.
+
+    An installed font of :data:`CJK_FONT_NAMES` (matplotlib's font list: the
+    system's fonts, e.g. Debian's ``fonts-noto-cjk``), else the ``mplfonts``
+    package's Noto Sans CJK SC (:data:`MPLFONTS_FILE`, registered with
+    matplotlib here; ``pip install "keras_transformer[cjk]"``).
+
+    Returns:
+        ``str`` (e.g. ``"Noto Sans CJK SC"``), or None when neither exists.
+    """
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    for name in CJK_FONT_NAMES:
+        if name in installed:
+            return name
+    spec = importlib.util.find_spec("mplfonts")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "fonts" / MPLFONTS_FILE
+    if not path.is_file():
+        return None
+    font_manager.fontManager.addfont(str(path))
+    return font_manager.FontProperties(fname=str(path)).get_name()
+
+
+def _wide_characters(labels: list[str]) -> list[str]:
+    """The distinct East Asian wide or full-width characters of ``labels`` (those the default font lacks)."""
+    found = dict.fromkeys(c for label in labels for c in label if unicodedata.east_asian_width(c) in ("W", "F"))
+    return list(found)
+
+
+def _label_font(labels: list[str]) -> str | None:
+    """:func:`cjk_font` when ``labels`` hold CJK characters (warning when there is none), else None."""
+    wide = _wide_characters(labels)
+    if not wide:
+        return None
+    font = cjk_font()
+    if font is None:
+        shown = "".join(wide[:8]) + ("..." if len(wide) > 8 else "")
+        warnings.warn(_NO_CJK_FONT.format(chars=shown), stacklevel=3)
+    return font
 
 
 def _check_positive_int(name: str, value: Any) -> None:
@@ -259,6 +334,10 @@ def plot_attention_heads(
         FileNotFoundError: when ``model`` or ``tokenizer`` is a path to a
             missing file.
 
+    Warns:
+        UserWarning: when pieces hold CJK characters and no font draws them
+            (:func:`cjk_font`), naming the characters and how to install one.
+
     Example:
 
     >>> result = plot_attention_heads(model, tokenizer, "A dog runs.",
@@ -291,14 +370,17 @@ def plot_attention_heads(
     # One colour scale for all panels, 0 to the largest weight (an untrained model's
     # near-uniform weights would be invisible on a fixed 0..1 scale).
     vmax = max(float(weights.max()), 1e-6)
+    label_font = _label_font(found["source_pieces"] + found["target_pieces"])
+    # A fallback list: the CJK font draws what it has, DejaVu Sans the rest (e.g. SentencePiece's "▁").
+    families = {"fontfamily": [label_font, "DejaVu Sans"]} if label_font else {}
     for h in range(heads):
         ax = figure.add_subplot(grid[h // columns, h % columns])
         image = ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
         ax.set_title(f"head {h + 1}", fontsize=10)
         ax.set_xticks(range(s_len))
-        ax.set_xticklabels(found["source_pieces"], rotation=90, fontsize=8)
+        ax.set_xticklabels(found["source_pieces"], rotation=90, fontsize=8, **families)
         ax.set_yticks(range(t_len))
-        ax.set_yticklabels(found["target_pieces"], fontsize=8)
+        ax.set_yticklabels(found["target_pieces"], fontsize=8, **families)
         if h // columns == rows - 1 or h + columns >= heads:
             ax.set_xlabel("source", fontsize=9)
         if h % columns == 0:
@@ -319,6 +401,7 @@ def plot_attention_heads(
         layer=layer,
         path=written,
         num_layers=num_layers,
+        label_font=label_font,
     )
 
 

@@ -4,7 +4,7 @@ The paper trains on WMT 2014 EN-DE (4.5M pairs) and EN-FR (Section 5.1);
 Multi30k (Elliott et al., 2016; :mod:`~keras_transformer.data.multi30k`) is
 the small CPU-sized corpus used here, and the Tatoeba Spanish-English pairs of
 manythings.org (:mod:`~keras_transformer.data.tatoeba`) a second language
-pair. :func:`load_corpus` opens either by name with its train/validation/test
+pair, and its Chinese-English pairs a language written without spaces. :func:`load_corpus` opens each by name with its train/validation/test
 splits and languages.
 """
 
@@ -47,7 +47,7 @@ class Corpus:
 
 
 #: Corpora that :func:`load_corpus` opens by name -> (default source, default target).
-DATASETS = {"multi30k": ("en", "de"), "tatoeba_spa_eng": ("es", "en")}
+DATASETS = {"multi30k": ("en", "de"), "tatoeba_spa_eng": ("es", "en"), "tatoeba_cmn_eng": ("zh", "en")}
 
 
 def load_corpus(
@@ -64,7 +64,9 @@ def load_corpus(
     ``multi30k``: :func:`~keras_transformer.data.multi30k.load_multi30k` train / val / test2016, English ->
     German by default. ``tatoeba_spa_eng``: :func:`~keras_transformer.data.tatoeba.load_tatoeba` train /
     valid / test (the seed-0 split: 2,000 valid and 2,000 test pairs held
-    out), Spanish -> English by default.
+    out), Spanish -> English by default. ``tatoeba_cmn_eng``: the same for
+    the Mandarin Chinese-English export (1,000 valid and 1,000 test pairs),
+    Chinese -> English by default.
 
     Args:
         name: a key of :data:`DATASETS`.
@@ -96,6 +98,6 @@ def load_corpus(
 
     def load(split):
         return load_tatoeba(split, data_dir=data_dir, source_lang=source_lang, target_lang=target_lang,
-                            on_error=on_error)
+                            on_error=on_error, dataset=name)
 
     return Corpus(name, load("train"), load("valid"), load("test"), "test", source_lang, target_lang)

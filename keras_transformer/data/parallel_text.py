@@ -112,6 +112,9 @@ def _open_binary(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _lines(path: str) -> Iterator[bytes]:
     """Lines of a file as bytes, without the line ending (LF or CRLF)."""
     with _open_binary(path) as f:
@@ -284,9 +287,20 @@ def iter_tsv_pairs(
 
 def _iter_tsv(path, report, source_column, target_column, on_error, delimiter, max_pairs):
     needed = max(source_column, target_column) + 1
+    blank_run = 0  # empty lines not yet judged: at the end of the file they are no pair (Tatoeba's exports end so)
     for number, raw in enumerate(_lines(path), start=1):
         if max_pairs is not None and number > max_pairs:
             break
+        if number == 1 and raw.startswith(_UTF8_BOM):
+            raw = raw[len(_UTF8_BOM):]
+        if not raw.strip():
+            blank_run += 1
+            continue
+        for blank in range(number - blank_run, number):  # empty lines inside the file follow on_error
+            report.pairs_read += 1
+            _skip_or_raise(report, on_error, "skipped_bad_fields",
+                           f"{path}:{blank}: empty line (expected at least {needed} {delimiter!r}-separated fields)")
+        blank_run = 0
         report.pairs_read += 1
         text, problem = _decode(raw, path, number)
         if problem:
@@ -320,7 +334,9 @@ def read_tsv_pairs(
 
     Args:
         path: UTF-8 file (``.gz`` allowed), one pair per line; extra columns
-            (e.g. Tatoeba attribution) are ignored.
+            (e.g. Tatoeba attribution) are ignored, and so are a UTF-8 byte
+            order mark at its start and empty lines at its end (an empty
+            line inside the file is a bad line).
         source_column: 0-based column of the source sentence
             (``spa.txt``: 0 = English, 1 = Spanish).
         target_column: 0-based column of the target sentence.

@@ -2,9 +2,11 @@
 
 The manythings.org exports of Tatoeba have no official split: :func:`disjoint_split`
 makes a seeded one in which no held-out sentence occurs in train, and
-:func:`load_tatoeba` reads the Spanish-English export (``spa.txt``, a second
-language pair beside Multi30k) and returns one split of it. An export is
-described by a ``_TatoebaPair`` (its folder, file, language, the checksum of
+:func:`load_tatoeba` reads one export (:data:`TATOEBA_PAIRS`: the
+Spanish-English ``spa.txt``, a second language pair beside Multi30k, and the
+Mandarin Chinese-English ``cmn.txt``, a language written without spaces) and
+returns one split of it. An export is described by a ``_TatoebaPair`` (its
+folder, file, language, held-out sizes, default direction, the checksum of
 the copy whose split is documented, where it comes from); another language
 pair is another such description read the same way. There is no download:
 the site asks not to be crawled. Bad lines follow the ``on_error`` policy of
@@ -21,11 +23,15 @@ import warnings
 from keras_transformer.data.folders import DATA_ENV_VAR, default_data_dir
 from keras_transformer.data.parallel_text import ParallelText, read_tsv_pairs
 
-__all__ = ["disjoint_split", "load_tatoeba"]
+__all__ = ["TATOEBA_PAIRS", "disjoint_split", "load_tatoeba"]
 
 #: The manythings.org/anki export of 2018-04-07 (118,121 lines ``English<TAB>Spanish``), whose split is documented.
 TATOEBA_SPA_ENG_SHA256 = "a2c37762eb7d9a7bf1aa0958bec55f2016ec6aaab6f7c1503822341587df2ba6"
 TATOEBA_URL = "http://storage.googleapis.com/download.tensorflow.org/data/spa-eng.zip"
+#: The English-Mandarin export (29,155 lines ``English<TAB>Chinese<TAB>attribution``, a byte order mark first,
+#: an empty line last) as copied in ``tatoeba_cmn_eng/`` (its README), whose split is documented.
+TATOEBA_CMN_ENG_SHA256 = "aa264a2447b26ab7c9d413f8321f9e2a779fd134b5118306b6e26a3499b3926e"
+TATOEBA_CMN_URL = "https://www.manythings.org/anki/cmn-eng.zip"
 _SPLIT_ALIASES = {"validation": "valid", "val": "valid", "dev": "valid"}
 
 
@@ -41,6 +47,9 @@ class _TatoebaPair:
         export: the date of the export whose split is documented (``"2018-04-07"``).
         sha256: that export's sha256.
         url: where the file comes from (a zip holding it).
+        valid_size: validation pairs held out by default.
+        test_size: test pairs held out by default.
+        source_lang: the default source language (the default target is the other one).
     """
 
     dataset: str
@@ -50,6 +59,9 @@ class _TatoebaPair:
     export: str
     sha256: str
     url: str
+    valid_size: int = 2000
+    test_size: int = 2000
+    source_lang: str = ""
 
     @property
     def columns(self) -> dict[str, int]:
@@ -57,7 +69,12 @@ class _TatoebaPair:
         return {"en": 0, self.lang: 1}
 
 
-_SPA_ENG = _TatoebaPair("tatoeba_spa_eng", "spa.txt", "es", "Spanish", "2018-04-07", TATOEBA_SPA_ENG_SHA256, TATOEBA_URL)
+_SPA_ENG = _TatoebaPair("tatoeba_spa_eng", "spa.txt", "es", "Spanish", "2018-04-07", TATOEBA_SPA_ENG_SHA256,
+                        TATOEBA_URL, source_lang="es")
+# 1,000 + 1,000 held out of 29,155: a test set of about 6,000 English words, 93% of the pairs left for training.
+_CMN_ENG = _TatoebaPair("tatoeba_cmn_eng", "cmn.txt", "zh", "Chinese", "2024-03-22", TATOEBA_CMN_ENG_SHA256, TATOEBA_CMN_URL, 1000, 1000, source_lang="zh")
+#: The exports :func:`load_tatoeba` reads, by dataset name.
+TATOEBA_PAIRS = {pair.dataset: pair for pair in (_SPA_ENG, _CMN_ENG)}
 
 
 def disjoint_split(
@@ -144,43 +161,52 @@ def disjoint_split(
 def load_tatoeba(
     split: str = "train",
     data_dir: str | os.PathLike | None = None,
-    source_lang: str = "es",
+    source_lang: str | None = None,
     target_lang: str | None = None,
-    valid_size: int = 2000,
-    test_size: int = 2000,
+    valid_size: int | None = None,
+    test_size: int | None = None,
     seed: int = 0,
     on_error: str = "raise",
+    dataset: str = "tatoeba_spa_eng",
 ) -> ParallelText:
-    """Tatoeba Spanish-English pairs (manythings.org/anki ``spa.txt``), split with :func:`disjoint_split`.
+    """Tatoeba pairs of one manythings.org/anki export (:data:`TATOEBA_PAIRS`), split with :func:`disjoint_split`.
 
-    ``spa.txt`` holds one pair per line, ``English<TAB>Spanish`` (later
-    exports add a third, attribution column, which is ignored), sorted from
-    short to long, with no official split. The split is made here: with the
-    defaults, 2,000 pairs for validation and 2,000 for test, the rest
-    (114,121 pairs of the 118,121-line 2018-04-07 export) for training; no
-    English and no Spanish sentence of valid or test occurs in train, so the
-    split is the same for both directions. Each split is in the seeded
-    order, so its first N pairs are a random sample (``--limit-test``,
-    ``--valid-bleu-sentences``). Another copy of the file (the manythings
-    export changes over time) gives another split: a warning says so.
+    ``tatoeba_spa_eng`` (``spa.txt``) holds one pair per line,
+    ``English<TAB>Spanish`` (later exports add a third, attribution column,
+    which is ignored), sorted from short to long, with no official split.
+    The split is made here: with the defaults, 2,000 pairs for validation and
+    2,000 for test, the rest (114,121 pairs of the 118,121-line 2018-04-07
+    export) for training; Spanish -> English by default.
+    ``tatoeba_cmn_eng`` (``cmn.txt``, ``English<TAB>Chinese<TAB>attribution``,
+    simplified characters written without spaces): 1,000 pairs for
+    validation and 1,000 for test, the rest (27,155 of 29,155) for training;
+    Chinese -> English by default (``source_lang="en"``: English -> Chinese).
+    No English and no other-language sentence of valid or test occurs in
+    train, so the split is the same for both directions. Each split is in
+    the seeded order, so its first N pairs are a random sample
+    (``--limit-test``, ``--valid-bleu-sentences``). Another copy of the file
+    (the manythings export changes over time) gives another split: a warning
+    says so.
 
-    Looks for ``spa.txt`` in ``data_dir/tatoeba_spa_eng``, then ``data_dir``
+    Looks for the file in ``data_dir/<dataset>``, then ``data_dir``
     (default: ``$KERAS_TRANSFORMER_DATA``). There is no download: the site
     asks not to be crawled; the message says where the file comes from.
 
     Args:
         split: ``"train"``, ``"valid"`` (aliases ``validation``, ``val``,
             ``dev``) or ``"test"``.
-        data_dir: folder holding ``tatoeba_spa_eng/spa.txt`` or ``spa.txt``.
-        source_lang: ``"es"`` (Spanish -> English, default) or ``"en"``.
+        data_dir: folder holding ``<dataset>/<file>`` or ``<file>``.
+        source_lang: ``"es"``/``"zh"`` or ``"en"`` (default: the export's,
+            ``es`` and ``zh``).
         target_lang: the other language (default: the one that is not
             ``source_lang``).
-        valid_size: validation pairs held out.
-        test_size: test pairs held out.
+        valid_size: validation pairs held out (default: the export's).
+        test_size: test pairs held out (default: the export's).
         seed: the split's seed (0 is the documented split).
         on_error: ``"raise"`` or ``"skip"`` (see
             :mod:`~keras_transformer.data.parallel_text`);
             skipped lines are left out before splitting.
+        dataset: a key of :data:`TATOEBA_PAIRS`.
 
     Returns:
         :class:`~keras_transformer.data.parallel_text.ParallelText`, sources in
@@ -188,12 +214,19 @@ def load_tatoeba(
         pairs kept in this split.
 
     Raises:
-        ValueError: for an unknown split or language, or bad lines with
-            ``on_error="raise"`` (naming file and line).
-        FileNotFoundError: when ``spa.txt`` is in none of the folders (naming
+        ValueError: for an unknown dataset, split or language, or bad lines
+            with ``on_error="raise"`` (naming file and line).
+        FileNotFoundError: when the file is in none of the folders (naming
             them and the download address).
     """
-    return _load_pair(_SPA_ENG, split, data_dir, source_lang, target_lang, valid_size, test_size, seed, on_error)
+    if dataset not in TATOEBA_PAIRS:
+        raise ValueError(f"unknown Tatoeba export {dataset!r}; known: {', '.join(TATOEBA_PAIRS)}")
+    pair = TATOEBA_PAIRS[dataset]
+    if source_lang is None:
+        source_lang = "en" if target_lang == pair.lang else pair.source_lang
+    return _load_pair(pair, split, data_dir, source_lang, target_lang,
+                      pair.valid_size if valid_size is None else valid_size,
+                      pair.test_size if test_size is None else test_size, seed, on_error)
 
 
 def _load_pair(pair: _TatoebaPair, split, data_dir, source_lang, target_lang, valid_size, test_size, seed,
