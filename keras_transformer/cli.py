@@ -5,7 +5,8 @@ Commands (each the Runner method of the same name):
 
 ``run``
     The main job in one go, on Multi30k English→German (or ``--dataset
-    tatoeba_spa_eng``, Spanish→English): vocabulary, training, BLEU on the
+    tatoeba_spa_eng``, Spanish→English, or ``tatoeba_cmn_eng``,
+    Chinese→English): vocabulary, training, BLEU on the
     test split, the SavedModel export and a few translated test sentences.
 ``train``
     Vocabulary and model from a named corpus, parallel files, a TSV file,
@@ -91,7 +92,7 @@ FLAGS = {
     "decoding.workers": "--workers", "decoding.sampling_topk": "--sampling-topk",
     "decoding.sampling_topp": "--sampling-topp", "decoding.sampling_temperature": "--sampling-temperature",
     "decoding.seed": "--seed", "decoding.no_repeat_ngram_size": "--no-repeat-ngram-size",
-    "decoding.repetition_penalty": "--repetition-penalty",
+    "decoding.repetition_penalty": "--repetition-penalty", "decoding.placeholders": "--no-placeholders",
     "export.format": "--format", "export.version": "--version", "export.quantization": "--quantization",
     "export.xla": "--xla", "export.xla_max_rows": "--xla-max-rows", "export.sampling": "--sampling",
     "export.overwrite": "--overwrite", "decoding.ensemble": "--model-dir",
@@ -269,8 +270,10 @@ def _sampling_flags(flags: _Flags, seed: bool = True) -> None:
 
 
 def _guard_flags(flags: _Flags) -> None:
-    flags.add("decoding.no_repeat_ngram_size", type=_non_negative_int)
-    flags.add("decoding.repetition_penalty", type=float)
+    """The repetition guard's flags and the switch of carried-through spans."""
+    for path, kind in (("decoding.no_repeat_ngram_size", _non_negative_int), ("decoding.repetition_penalty", float)):
+        flags.add(path, type=kind)
+    flags.add("decoding.placeholders", negate=True)
 
 
 def _batch_flags(flags: _Flags, workers: bool = True) -> None:
@@ -380,7 +383,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _add_run(sub) -> None:
     run = sub.add_parser("run", help="train, evaluate, export and translate in one go (Multi30k en-de, or "
-                         "--dataset tatoeba_spa_eng)")
+                         "--dataset tatoeba_spa_eng / tatoeba_cmn_eng)")
     flags = _Flags(run, RunSettings.quickstart())
     _data_flags(flags, files=False)
     run.add_argument("--output-dir", default=QUICKSTART_RUN_DIR,

@@ -433,6 +433,9 @@ class DecodingSettings(_Section):
     repetition_penalty: float = _setting(
         1.0, "a repetition guard of every search: divide the positive logits of the tokens already written by this "
         "(and multiply the negative ones), >= 1 (1: off; CTRL, Keskar et al. 2019)")
+    placeholders: bool = _setting(
+        True, "carry numbers, web and e-mail addresses of the source through unchanged (a placeholder piece for the "
+        "model; vocabularies that have it, trained since it exists) (off: translate them as any text)", "on")
     batch_size: int = _setting(64, "sentences per batch")
     workers: int | None = _setting(None, "batches translated at once, one TensorFlow thread each",
                                    f"the CPU cores, here {os.cpu_count() or 1}")
@@ -486,8 +489,9 @@ class DecodingSettings(_Section):
                                             self.seed))
 
     def guard_options(self) -> dict[str, Any]:
-        """The repetition guard's settings, as Translator keywords."""
-        return {"no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty}
+        """The repetition guard's and the placeholders' settings, as Translator keywords."""
+        return {"no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty,
+                "placeholders": self.placeholders}
 
     def sampling_options(self) -> dict[str, Any]:
         """The sampling settings given, as ``open_translator`` keywords (empty: no sampling)."""

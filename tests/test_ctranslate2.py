@@ -344,6 +344,24 @@ def test_a_line_without_letters_or_digits_comes_back_as_itself(models, tokenizer
         == out["translations"]
 
 
+def test_numbers_and_addresses_are_carried_through_as_in_the_tf_translator(models, tokenizer):
+    """The placeholder rule in Python (CTranslate2's path) gives the in-graph rule's translations."""
+    from keras_transformer.data.placeholders import mask_str
+
+    model, path = models["pre_ln"]
+    batch = ["A man in shirt 23 runs 5 km.", "See www.example.com or mail a@b.example at 10:30.", "A dog runs."]
+    assert all(mask_str(s)[1] for s in batch[:2])
+    out = CTranslate2Translator(path, beam_size=1, intra_threads=1).translate(batch)
+    reference = Translator(model, tokenizer, max_length=MAX_LENGTH, extra_decode_length=EXTRA, beam_size=1)
+    assert reference.placeholders and CTranslate2Translator(path, beam_size=1).get_config()["placeholders"]
+    assert [t.decode("utf-8") for t in reference.translate_greedy(tf.constant(batch))["translations"].numpy()] \
+        == out["translations"]
+    off = CTranslate2Translator(path, beam_size=1, intra_threads=1, placeholders=False).translate(batch)
+    unmasked = reference.with_settings(placeholders=False)  # in a name: tf.function methods hold it weakly
+    plain = unmasked.translate_greedy(tf.constant(batch))["translations"]
+    assert [t.decode("utf-8") for t in plain.numpy()] == off["translations"]
+
+
 def test_the_repetition_guard_is_ctranslate2s_own(models, valid):
     _, path = models["pre_ln"]
     guarded = CTranslate2Translator(path, beam_size=2, intra_threads=1, no_repeat_ngram_size=2)

@@ -1,12 +1,14 @@
 """Tokenizing workers of :func:`keras_transformer.data.prepare.prepare_corpus` (numpy and sentencepiece only).
 
-This module imports neither TensorFlow nor the rest of the package, so the
+This module imports neither TensorFlow nor the rest of the package (but the
+plain-Python :mod:`~keras_transformer.data.placeholders`), so the
 worker processes (started with ``spawn``) come up in a fraction of a second
 and small. One call of :func:`tokenize_chunk` tokenizes a chunk of pairs with
 the shared SentencePiece model (Section 3.4), appends EOS, applies the
 ``max_length`` policy with exact counts (the rules of
 :func:`keras_transformer.data.pipeline.prepare_pairs`) and encodes every kept
-pair as one record of the shard format:
+pair as one record of the shard format (pairs whose sides share numbers or
+addresses are masked first, as ``prepare_pairs`` does):
 
     int32 little-endian: [S, source ids (S, EOS last), target ids (EOS last)]
 """
@@ -17,6 +19,8 @@ import itertools
 
 import numpy as np
 import sentencepiece as spm
+
+from keras_transformer.data.placeholders import has_placeholder, mask_pairs  # plain Python: no TensorFlow
 
 EOS_ID = 3  # keras_transformer.data.tokenizer.EOS_ID (not imported: that module loads TensorFlow)
 
@@ -66,6 +70,8 @@ def tokenize_chunk(sources: list[str], targets: list[str], max_length: int, leng
         ``longest_histogram`` (``[max_length + 1]`` ``int64``: kept pairs by
         ``max(len(source), len(target))``).
     """
+    if has_placeholder(_processor):
+        sources, targets = mask_pairs(sources, targets)
     src_values, src_lengths = _ids(sources)
     tgt_values, tgt_lengths = _ids(targets)
     limit = max_length - 1  # pieces that fit next to EOS

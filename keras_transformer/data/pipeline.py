@@ -45,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.data.epochs import EpochBatches, stateless_order
+from keras_transformer.data.placeholders import has_placeholder, mask_pairs
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 
 __all__ = [
@@ -189,6 +190,8 @@ def prepare_pairs(
         raise ValueError(f"length_policy must be one of {LENGTH_POLICIES}, got {length_policy!r}")
     if not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"max_length must be an integer >= 2 (one piece + EOS), got {max_length!r}")
+    if has_placeholder(tokenizer):  # numbers and addresses both sides share become placeholders
+        sources, targets = mask_pairs(sources, targets)
     src_values, src_lengths = _tokenize_all(tokenizer, sources, tokenize_batch_size)
     tgt_values, tgt_lengths = _tokenize_all(tokenizer, targets, tokenize_batch_size)
     limit = max_length - 1  # pieces that fit next to EOS (or BOS for target_in)

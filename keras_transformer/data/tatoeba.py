@@ -163,11 +163,12 @@ def load_tatoeba(
     data_dir: str | os.PathLike | None = None,
     source_lang: str | None = None,
     target_lang: str | None = None,
+    *,
+    dataset: str = "tatoeba_spa_eng",
+    seed: int = 0,
     valid_size: int | None = None,
     test_size: int | None = None,
-    seed: int = 0,
     on_error: str = "raise",
-    dataset: str = "tatoeba_spa_eng",
 ) -> ParallelText:
     """Tatoeba pairs of one manythings.org/anki export (:data:`TATOEBA_PAIRS`), split with :func:`disjoint_split`.
 

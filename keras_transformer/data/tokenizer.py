@@ -63,6 +63,8 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_transformer.data.placeholders import PLACEHOLDER
+
 __all__ = [
     "PAD_ID",
     "UNK_ID",
@@ -183,6 +185,7 @@ def train_sentencepiece(
     num_threads: int = 1,
     max_sentence_length: int = 8192,
     extra_options: dict[str, Any] | None = None,
+    placeholders: bool = True,
 ) -> str:
     """Trains a shared SentencePiece vocabulary on both languages (Section 3.4, 5.1).
 
@@ -218,6 +221,11 @@ def train_sentencepiece(
         max_sentence_length: longer sentences (in bytes) are skipped by the
             trainer.
         extra_options: more SentencePiece trainer options (override the above).
+        placeholders: add the placeholder piece ``⦅ph⦆`` (a user-defined
+            symbol, always one piece) that carries numbers, web and e-mail
+            addresses through translation
+            (:mod:`keras_transformer.data.placeholders`); False: no such piece,
+            spans are translated as any text.
 
     Returns:
         The path of the written ``.model`` file (``str``).
@@ -279,6 +287,8 @@ def train_sentencepiece(
         shuffle_input_sentence=False,
         minloglevel=2,
     )
+    if placeholders:
+        options["user_defined_symbols"] = [PLACEHOLDER]
     options.update(extra_options or {})
     buffer = io.BytesIO()
     try:
@@ -424,6 +434,8 @@ class SubwordTokenizer(tf.Module):
         self._tokenizer = tf_text.SentencepieceTokenizer(model=model_bytes, out_type=tf.int32)
         self._normalization = _normalization_rule(model_bytes)
         self._unknown, self._word = piece_masks(processor)
+        placeholder = processor.piece_to_id(PLACEHOLDER)
+        self._placeholder_id = 0 if placeholder == processor.unk_id() else int(placeholder)
 
     # -- identity of the vocabulary -------------------------------------------------
     @property
@@ -450,6 +462,15 @@ class SubwordTokenizer(tf.Module):
         older ones, ``"user_defined"`` for a custom rule TSV.
         """
         return self._normalization
+
+    @property
+    def placeholder_id(self) -> int:
+        """The id of the placeholder piece ``⦅ph⦆`` of carried-through spans, 0 when the vocabulary lacks it.
+
+        See :mod:`keras_transformer.data.placeholders` (vocabularies trained
+        by :func:`train_sentencepiece` with ``placeholders=True`` have it).
+        """
+        return self._placeholder_id
 
     @property
     def unknown_piece_mask(self) -> np.ndarray:

@@ -40,6 +40,7 @@ from keras_transformer.decoding.ctranslate2_format import (
     import_ctranslate2,
     placeholder_token,
 )
+from keras_transformer.data.placeholders import has_placeholder, mask_str, restore_str
 from keras_transformer.decoding.text import copied_through_str, fold_whitespace_str, is_blank_str, valid_str
 
 __all__ = ["CTranslate2Translator"]
@@ -133,6 +134,11 @@ class CTranslate2Translator:
         device: ``"cpu"`` (default), ``"cuda"`` or ``"auto"``.
         max_batch_size: CTranslate2 sorts a call's sentences by length and
             decodes them in batches of at most this many (0 = all at once).
+        no_repeat_ngram_size, repetition_penalty: CTranslate2's repetition
+            guard options (off by default).
+        placeholders: carry numbers, web and e-mail addresses through, as the
+            ``Translator`` does (:mod:`keras_transformer.data.placeholders`;
+            vocabularies with the placeholder piece only).
 
     Raises:
         ImportError: when ctranslate2 is not installed (the message says
@@ -165,6 +171,7 @@ class CTranslate2Translator:
         max_batch_size: int = 32,
         no_repeat_ngram_size: int = 0,
         repetition_penalty: float = 1.0,
+        placeholders: bool = True,
     ):
         ct2 = import_ctranslate2()
         import sentencepiece as spm
@@ -201,6 +208,8 @@ class CTranslate2Translator:
         from keras_transformer.data.tokenizer import piece_masks
 
         self._unknown, self._word = piece_masks(self._processor)
+        # Numbers and addresses carried through, as the Translator does (vocabularies with the piece only).
+        self.placeholders = bool(placeholders) and has_placeholder(self._processor)
         # CTranslate2's vocabulary: the pieces by id, then the export's placeholders up to the model's size.
         self._pieces = [self._processor.id_to_piece(i) for i in range(self._vocab_size)]
         self._pieces += [placeholder_token(i) for i in range(self._vocab_size, int(self.record["vocab_size"]))]
@@ -215,7 +224,7 @@ class CTranslate2Translator:
         return {"max_length": self.max_length, "extra_decode_length": self.extra_decode_length,
                 "beam_size": self.beam_size, "length_penalty": self.length_penalty,
                 "no_repeat_ngram_size": self.no_repeat_ngram_size, "repetition_penalty": self.repetition_penalty,
-                "max_batch_size": self.max_batch_size, "model_dir": self.model_dir}
+                "placeholders": self.placeholders, "max_batch_size": self.max_batch_size, "model_dir": self.model_dir}
 
     def _run(self, sources: list[list[int]], steps: int) -> list[tuple[list[int], float]]:
         """One CTranslate2 call: ``(ids without EOS, log P)`` per source, at most ``steps`` tokens."""
@@ -275,12 +284,14 @@ class CTranslate2Translator:
         if not all(isinstance(s, str) for s in sentences):
             raise TypeError("CTranslate2Translator.translate takes a list of str")
         texts = [valid_str(s) for s in sentences]
+        spans = [mask_str(t) if self.placeholders else (t, []) for t in texts]
+        masked = [m for m, _ in spans]
         n = len(texts)
         out = {"translations": [""] * n, "scores": [0.0] * n, "truncated": [False] * n,
                "output_ids": [[] for _ in range(n)]}
         keep = self.max_length - 1
         jobs = []
-        for i, (text, pieces) in enumerate(zip(texts, self._processor.encode(texts) if texts else [])):
+        for i, (text, pieces) in enumerate(zip(texts, self._processor.encode(masked) if texts else [])):
             out["truncated"][i] = len(pieces) > keep
             if pieces and not is_blank_str(text):
                 pieces = pieces[:keep]
@@ -293,7 +304,7 @@ class CTranslate2Translator:
         outputs = self._decode([pieces for _, pieces, _ in jobs], [limit for *_, limit in jobs])
         for (i, _, _), (ids, log_prob) in zip(jobs, outputs):
             kept = [t for t in ids if t not in (0, 2) and t < self._vocab_size]
-            out["translations"][i] = self._processor.decode(kept)
+            out["translations"][i] = restore_str(self._processor.decode(kept), spans[i][1])
             out["scores"][i] = log_prob / math.pow((5.0 + len(ids) + 1) / 6.0, self.length_penalty)
             out["output_ids"][i] = ids + [3]
         return out

@@ -154,6 +154,7 @@ def open_translator(
     ensemble: "tuple | list" = (),
     no_repeat_ngram_size: int = 0,
     repetition_penalty: float = 1.0,
+    placeholders: bool = True,
 ) -> OpenedTranslator:
     """Opens a trained model folder, a SavedModel or a CTranslate2 export for translation.
 
@@ -182,6 +183,10 @@ def open_translator(
             every search (:class:`~keras_transformer.decoding.Translator`); a
             SavedModel keeps the guard it was exported with, which these must
             equal; a CTranslate2 export applies CTranslate2's own options.
+        placeholders: carry numbers, web and e-mail addresses through
+            (:mod:`keras_transformer.data.placeholders`; vocabularies with the
+            placeholder piece only). A SavedModel keeps what it was exported
+            with: False is refused for one exported with them.
         ensemble: further trained model folders (same vocabulary) translated
             with ``path`` as one :class:`~keras_transformer.decoding.ensemble.Ensemble`
             (model folders only).
@@ -199,6 +204,7 @@ def open_translator(
     """
     guard = {"no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty}
     kind = folder_kind(path)
+    text_rules = dict(guard, placeholders=placeholders)
     if kind is None:
         raise ValueError(
             f"{path} is neither a trained model folder (model.keras, spm.model, config.json), a SavedModel version folder "
@@ -238,7 +244,7 @@ def open_translator(
             translator = Translator(
                 model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
                 jit_compile=jit_compile, sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
-                cache_output_matrix=True, **guard,
+                cache_output_matrix=True, **text_rules,
             )
             return OpenedTranslator(
                 kind, _sampled(translator.translate_sampled, seed),
@@ -250,7 +256,8 @@ def open_translator(
         translator = Translator(
             model, tokenizer, max_length=config.max_length, extra_decode_length=config.extra_decode_length,
             beam_size=beam, length_penalty=alpha, jit_compile=jit_compile,
-            early_stopping=True if early_stopping is None else early_stopping, cache_output_matrix=True, **guard,
+            early_stopping=True if early_stopping is None else early_stopping, cache_output_matrix=True,
+            **text_rules,
         )
         fn = translator.translate if beam > 1 else translator.translate_greedy
         return OpenedTranslator(kind, fn, _search_description(beam, alpha), translator.get_config(), translator,
@@ -261,7 +268,7 @@ def open_translator(
 
         from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
 
-        translator = CTranslate2Translator(path, beam_size=beam_size, length_penalty=length_penalty, **guard)
+        translator = CTranslate2Translator(path, beam_size=beam_size, length_penalty=length_penalty, **text_rules)
 
         def translate(batch):
             texts = [s.decode("utf-8", errors="replace") for s in batch.numpy()]
@@ -292,6 +299,9 @@ def open_translator(
         if float(value) != float(exported):
             raise RunError(f"the SavedModel {path} was exported with {name} {exported}: it translates with that "
                            f"setting; re-export it with {{decoding.{name}}} {value} for another")
+    if not placeholders and decoding.get("placeholders"):
+        raise RunError(f"the SavedModel {path} was exported carrying numbers and addresses through placeholders: it "
+                       "translates so; re-export it with {decoding.placeholders} off for another")
     if sample:
         return _open_saved_model_sampling(path, record, sampling, seed)
     exported_beam, exported_alpha = decoding.get("beam_size"), decoding.get("length_penalty")

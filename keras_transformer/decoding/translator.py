@@ -79,6 +79,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data import placeholders as placeholder_spans
 from keras_transformer.decoding import model_calls, text
 from keras_transformer.decoding.search import (
     beam_search, check_sampling, greedy_search, length_penalty_factor, sample_search,
@@ -154,6 +155,13 @@ class Translator(tf.Module):
         repetition_penalty: every search divides the positive logits of the
             tokens it already wrote by this (and multiplies the negative
             ones), float >= 1 (1: off; CTRL, Keskar et al. 2019).
+        placeholders: carry numbers, web and e-mail addresses of the source
+            through unchanged (each becomes the placeholder piece for the
+            model, and the ``i``-th placeholder of the output the ``i``-th
+            span again; :mod:`keras_transformer.data.placeholders`), in every
+            search, the n-best list and ``score``. On by default; it applies
+            only when the vocabulary has the placeholder piece (vocabularies
+            trained since it exists), so older models translate as before.
         name: module name.
 
     Raises:
@@ -193,6 +201,7 @@ class Translator(tf.Module):
         sampling_temperature: float = 1.0,
         no_repeat_ngram_size: int = 0,
         repetition_penalty: float = 1.0,
+        placeholders: bool = True,
         name: str | None = None,
     ):
         super().__init__(name=name)
@@ -237,6 +246,7 @@ class Translator(tf.Module):
             "cache_output_matrix": cache_output_matrix, "sampling_topk": sampling_topk,
             "sampling_topp": sampling_topp, "sampling_temperature": sampling_temperature,
             "no_repeat_ngram_size": no_repeat_ngram_size, "repetition_penalty": repetition_penalty,
+            "placeholders": placeholders,
         }
         self.model = model
         self.tokenizer = tokenizer
@@ -250,6 +260,8 @@ class Translator(tf.Module):
         self.xla_max_rows = xla_max_rows
         self.sampling_topk, self.sampling_topp, self.sampling_temperature = sampling
         self.no_repeat_ngram_size, self.repetition_penalty = guard
+        #: Whether spans are carried through: asked for, and the vocabulary has the placeholder piece.
+        self.placeholders = bool(placeholders) and placeholder_spans.has_placeholder(tokenizer)
         # The [d_model, vocab] projection, copied once (tied embeddings only; see the docstring).
         self.output_matrix = None
         if cache_output_matrix and getattr(model, "tie_embeddings", False) and callable(
@@ -290,6 +302,7 @@ class Translator(tf.Module):
             "sampling_temperature": self.sampling_temperature,
             "no_repeat_ngram_size": self.no_repeat_ngram_size,
             "repetition_penalty": self.repetition_penalty,
+            "placeholders": self.placeholders,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
             # Recorded so an export tells whether it has the rule (exports made before it lack the key).
@@ -443,8 +456,11 @@ class Translator(tf.Module):
 
         Returns :func:`keras_transformer.decoding.text.source_ids`' dict:
         ``source_ids`` int32 [B, S], ``max_decode_lengths`` int32 [B] and the
-        bool [B] flags ``truncated``, ``empty`` and ``copied``.
+        bool [B] flags ``truncated``, ``empty`` and ``copied``. With
+        :attr:`placeholders`, the spans are masked first.
         """
+        if self.placeholders:
+            sentences, _ = placeholder_spans.mask(text.valid_utf8(sentences))
         return text.source_ids(
             sentences, self.tokenizer, self.max_length, self.extra_decode_length, self.eos_id,
             self._unknown_pieces, self._word_pieces,
@@ -480,8 +496,22 @@ class Translator(tf.Module):
         return dict(inputs, output_ids=ids, scores=scores)
 
     def _texts(self, sentences: tf.Tensor, ids: tf.Tensor, copied: tf.Tensor) -> tf.Tensor:
-        """Detokenized ``ids`` [B, L] as valid UTF-8; copied sentences are their whitespace-folded input."""
-        return text.output_texts(self.tokenizer, sentences, ids, copied)
+        """Detokenized ``ids`` [B, L] as valid UTF-8, spans restored; copied sentences are their folded input."""
+        return self._restore(sentences, text.output_texts(self.tokenizer, sentences, ids, copied), copied)
+
+    def _restore(self, sentences: tf.Tensor, texts: tf.Tensor, copied: tf.Tensor) -> tf.Tensor:
+        """``texts`` ``[B]`` or ``[B, beam]`` with each sentence's spans back in its placeholders (copied rows kept)."""
+        if not self.placeholders:
+            return texts
+        _, spans = placeholder_spans.mask(text.valid_utf8(sentences))
+        if texts.shape.rank == 2:  # n-best: every hypothesis of a sentence gets its spans
+            width = tf.shape(texts)[1]
+            rows = tf.repeat(tf.range(tf.shape(texts)[0]), width)
+            restored = placeholder_spans.restore(tf.reshape(texts, [-1]), tf.gather(spans, rows))
+            restored = tf.reshape(restored, tf.shape(texts))
+            restored.set_shape(texts.shape)
+            return tf.where(copied[:, None], texts, restored)
+        return tf.where(copied, texts, placeholder_spans.restore(texts, spans))
 
     def _one_per_sentence(self, sentences: tf.Tensor, seed=None) -> dict[str, tf.Tensor]:
         """:meth:`translate_greedy`'s dict, of greedy search or (``seed`` given) of sampling search."""
@@ -601,7 +631,9 @@ class Translator(tf.Module):
         skipped = out["empty"] | out["copied"]
         scores = tf.where(skipped[:, None], first_only[None, :], scores)
         return {
-            "translations": text.n_best_texts(self.tokenizer, sentences, ids, out["copied"], self.beam_size),
+            "translations": self._restore(
+                sentences, text.n_best_texts(self.tokenizer, sentences, ids, out["copied"], self.beam_size),
+                out["copied"]),
             "scores": scores,
             "truncated": out["truncated"],
         }
@@ -640,7 +672,10 @@ class Translator(tf.Module):
             tf.size(sentences), tf.size(targets),
             message="score: sentences and targets must have the same number of entries",
         )
-        source = self.source_ids(sentences)
+        if self.placeholders:  # as in training: a pair is masked when both sides hold the same spans
+            sentences, targets = placeholder_spans.mask_pair(text.valid_utf8(sentences), text.valid_utf8(targets))
+        source = text.source_ids(sentences, self.tokenizer, self.max_length, self.extra_decode_length, self.eos_id,
+                                 self._unknown_pieces, self._word_pieces)
         target = self.target_ids(targets)
         target_out = target["target_out_ids"]
         token_log_probs = model_calls.teacher_forced_log_probs(

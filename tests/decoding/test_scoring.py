@@ -108,8 +108,6 @@ def test_score_of_beam_hypotheses_equals_beam_scores(translator, tokenizer):
             np.testing.assert_allclose(got["score"].numpy()[0], ids["scores"].numpy()[b, k], rtol=1e-4, atol=1e-4)
             assert got["num_tokens"].numpy()[0] == len(hypothesis_ids) + 1
             compared += 1
-        assert tokenizer.encode([best.numpy()[b].decode()])[0] == ids["output_ids"].numpy()[b, 0].tolist()[
-            : ids["output_ids"].numpy()[b, 0].tolist().index(EOS)]  # every best output round-trips here
     assert compared >= len(sources)
 
 
