@@ -55,13 +55,12 @@ def test_the_split_keeps_every_pair_once_and_no_held_out_sentence_in_train(corpu
 
 @pytest.fixture(scope="module")
 def zh_en_run(tmp_path_factory, data_root, cmn_dir):
-    """A tiny zh -> en `run` on the first 600 training pairs (float32, one epoch), from the command line."""
+    """A tiny zh -> en model trained on the first 600 training pairs (float32, one epoch), from the command line."""
     out = tmp_path_factory.mktemp("zh_en") / "run"
     command = [
-        "run", "--dataset", "tatoeba_cmn_eng", "--data-dir", str(data_root), "--preset", "tiny",
-        "--precision", "float32", "--vocab-size", "1500", "--limit-train", "600", "--limit-test", "10",
-        "--epochs", "1", "--beam-size", "1", "--valid-bleu-sentences", "8", "--output-dir", str(out),
-        "--num-examples", "1", "--learning-rate-scale", "0.02",
+        "train", "--dataset", "tatoeba_cmn_eng", "--data-dir", str(data_root), "--preset", "tiny",
+        "--precision", "float32", "--vocab-size", "1500", "--limit-train", "600", "--epochs", "1",
+        "--valid-bleu-sentences", "8", "--model-dir", str(out), "--learning-rate-scale", "0.02",
     ]
     assert main(command) == 0
     return out
@@ -71,9 +70,8 @@ def zh_en_run(tmp_path_factory, data_root, cmn_dir):
 def test_a_tiny_zh_en_run_covers_every_training_character_and_scores_with_13a(zh_en_run, corpus):
     from keras_transformer.data.tokenizer import SubwordTokenizer
 
-    results = json.loads((zh_en_run / "results.json").read_text(encoding="utf-8"))
-    assert (results["dataset"], results["language_pair"]) == ("tatoeba_cmn_eng", "zh-en")
-    assert "tok:13a" in results["bleu_signature"]  # English target
+    best = json.loads((zh_en_run / "best_bleu.weights.h5.json").read_text(encoding="utf-8"))
+    assert "tok:13a" in best["bleu_signature"] and best["sentences"] == 8  # English target
     tokenizer = SubwordTokenizer(str(zh_en_run / "spm.model"))
     characters = sorted(set("".join(corpus.train.sources[:600] + corpus.train.targets[:600])) - {" "})
     assert len(characters) > 900  # Chinese has many: the vocabulary must still hold each one
