@@ -210,6 +210,15 @@ PRESETS: dict[str, TransformerConfig] = {
     "small": TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, num_heads=4, dff=1024, max_length=128,
                                norm_first=True, learning_rate_scale=0.5, warmup_steps=400, batch_tokens=2048,
                                checkpoint_average=5),
+    # Transformer-Tiny (Wu et al., 2021, "Good for Misconceived Reasons"), the strongest published
+    # text-only Transformer trained on Multi30k alone: 4+4 layers, d_model 128, dff 256, 4 heads,
+    # dropout 0.3 (2.3M parameters with the 8k vocabulary). Pre-LN, ~2k-token batches and a peak
+    # rate of 4.4e-3 at step 400 (Eq. 3 at the full rate; the paper's recipe peaks at 5e-3):
+    # measured on the Multi30k validation set (README "Quickstart"). About 2x faster per step
+    # than `small` on a 2-core CPU; in a 6-minute budget it fits 4 epochs to small's 2.5.
+    "compact": TransformerConfig(vocab_size=8000, num_layers=4, d_model=128, num_heads=4, dff=256, dropout_rate=0.3,
+                                 max_length=128, norm_first=True, warmup_steps=400, batch_tokens=2048,
+                                 checkpoint_average=10),
     # A model for tests: builds and trains in a second.
     "tiny": TransformerConfig(vocab_size=64, num_layers=2, d_model=32, num_heads=2, dff=64, dropout_rate=0.0,
                               max_length=32, warmup_steps=10, batch_tokens=256, checkpoint_average=2),

@@ -15,5 +15,5 @@ DATA_DIR="${1:-${KERAS_TRANSFORMER_DATA:-../shared/data}}"
 OUT="${2:-runs/multi30k-cpu60}"
 keras-transformer run --data-dir "$DATA_DIR" --output-dir "$OUT" \
     --preset small --dropout-rate 0.3 --precision auto \
-    --epochs 100 --max-train-minutes 57 --average-last 10 --average-span 0.3 \
+    --epochs 100 --max-train-minutes 57 --save-freq 0 --average-last 10 --average-span 0.3 \
     --beam-size 4 --num-examples 5

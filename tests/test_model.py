@@ -48,6 +48,16 @@ def test_paper_parameter_counts(name, n, d, dff):
     assert abs(expected - {"base": 63e6, "big": 214e6}[name]) < 1e6
 
 
+@pytest.mark.parametrize("name, n, d, dff, millions", [("compact", 4, 128, 256, 2.35), ("small", 3, 256, 1024, 7.58)])
+def test_cpu_preset_parameter_counts(name, n, d, dff, millions):
+    # Pre-LN (norm_first) adds a final LayerNorm to the encoder and to the decoder.
+    model = Transformer(**get_preset(name).model_kwargs())
+    model.build()
+    expected = expected_parameters(8000, n, d, dff) + 2 * (2 * d)
+    assert model.count_params() == expected
+    assert round(expected / 1e6, 2) == millions  # Transformer-Tiny's size for compact (Wu et al., 2021)
+
+
 def test_untied_and_learned_positions_parameter_counts():
     untied = _tiny(tie_embeddings=False)
     untied.build()

@@ -133,6 +133,17 @@ def test_settings_name_their_fields_and_render_as_the_caller_wants():
 def test_run_settings_replace_round_trip_and_quickstart():
     settings = RunSettings.quickstart(data=DataSettings(data_dir="d"))
     assert settings.training.max_train_minutes == 6.0 and settings.data.data_dir == "d"
+    # The Quickstart's short-budget training: no dropout, the checkpoints of the last 200 updates averaged.
+    quick = settings.training
+    assert (quick.preset, quick.dropout_rate, quick.save_freq, quick.average_last) == ("compact", 0.0, 50, 4)
+    assert quick.config_overrides() == {"dropout_rate": 0.0}
+    # training= replaces the whole section: the preset's dropout and per-epoch checkpoints come back.
+    own = RunSettings.quickstart(training=TrainingSettings(epochs=3)).training
+    assert (own.preset, own.dropout_rate, own.save_freq, own.average_last, own.max_train_minutes) == (
+        "small", None, None, 0, 0.0)
+    TrainingSettings(save_freq=0).check()  # 0: a checkpoint at each epoch end, as None
+    with pytest.raises(RunError, match="training.save_freq must be an integer >= 0, got -1"):
+        TrainingSettings(save_freq=-1).check()
     changed = settings.replace_in("training", epochs=3, dropout_rate=0.3)
     assert (changed.training.epochs, changed.training.dropout_rate, settings.training.epochs) == (3, 0.3, 20)
     assert changed.training.config_overrides() == {"dropout_rate": 0.3}

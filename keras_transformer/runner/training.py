@@ -243,7 +243,7 @@ def _fit(model, folder: RunFolder, settings: RunSettings, config, train_data, va
     start = time.monotonic()
     history = fit(
         model, train_data, model_dir=folder.path, epochs=training.epochs, validation_data=valid_data,
-        save_freq=training.save_freq, keep_checkpoints=max(config.checkpoint_average, training.average_last or 0),
+        save_freq=training.save_freq or None, keep_checkpoints=max(config.checkpoint_average, training.average_last or 0),
         max_train_seconds=training.max_train_minutes * 60 if training.max_train_minutes else None,
         verbose=verbose, callbacks=progress, validation_bleu=bleu, early_stopping=early,
     )
