@@ -27,6 +27,37 @@ def test_cpu_recipe_command_parses_to_the_documented_settings():
     assert (args.data_dir, args.output_dir) == ("data", "out")
 
 
+def _ensemble_text():
+    return (REPO / "scripts" / "multi30k_cpu_ensemble.sh").read_text(encoding="utf-8")
+
+
+def _ensemble_arguments(member="0"):
+    """The arguments of a member's ``keras-transformer run`` in scripts/multi30k_cpu_ensemble.sh, variables filled in."""
+    command = re.search(r"keras-transformer (run --data-dir .+?) \"\$@\"", _ensemble_text(), flags=re.S).group(1)
+    command = command.replace("\\\n", " ").replace("$DATA_DIR", "data").replace("$OUT", "out")
+    return shlex.split(command.replace("$member", member))
+
+
+def test_ensemble_recipe_member_command_parses_to_the_documented_settings():
+    args = build_parser().parse_args(_ensemble_arguments())
+    assert args.command == "run"
+    assert (args.preset, args.dropout_rate, args.precision) == ("compact", 0.3, "auto")
+    assert (args.save_freq, args.average_span) == (0, 0.3)
+    assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
+    assert (args.data_dir, args.output_dir) == ("data", "out/model0")
+
+
+def test_ensemble_recipe_trains_two_members_with_different_seeds_and_ensembles_them():
+    """Two members, seeds 0 and 1, in folders of their own; the ensemble of both is scored and exported."""
+    first, second = (build_parser().parse_args(_ensemble_arguments(m)) for m in ("0", "1"))
+    assert (first.seed, second.seed) == (0, 1)
+    assert first.output_dir != second.output_dir
+    text = _ensemble_text()
+    assert "for member in 0 1; do" in text
+    assert text.count('--model-dir $M') == 3  # validation, test2016, export
+    assert 'M="$OUT/model0 $OUT/model1"' in text
+
+
 def test_cpu_recipe_is_described_in_the_readme():
     """The README's recipe section names the script's dropout and checkpoint average."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
