@@ -519,6 +519,11 @@ def make_dataset(
     target token), so the token-normalized loss and its gradients are those of
     the real rows.
 
+    ``tf.data`` autotuning is off (``options().autotune.enabled`` is False):
+    destroying an autotuned iterator at an epoch's end stalled training for up
+    to 60 s (TensorFlow 2.21); ``AUTOTUNE`` parallelism and prefetching use
+    tf.data's fixed defaults.
+
     Args:
         prepared: output of :func:`prepare_pairs`.
         batch_tokens: token budget per batch and side (padding included),
@@ -537,11 +542,6 @@ def make_dataset(
         cache: accepted for compatibility; has no effect (the ids already
             live in memory and every epoch is planned from them).
         deterministic: fixed element order for a seed (``tf.data`` option).
-            The dataset's options also turn ``tf.data`` autotuning off
-            (``options().autotune.enabled`` is False): destroying an
-            autotuned iterator at an epoch's end stalled training for up
-            to 60 s (TensorFlow 2.21); ``AUTOTUNE`` parallelism and
-            prefetching then use tf.data's fixed defaults.
         drop_remainder: drop incomplete batches (then not every pair is
             yielded each epoch).
         prefetch: add ``prefetch(AUTOTUNE)``.
@@ -618,7 +618,7 @@ class _Planner:
         # No tf.data autotuning: Keras makes a new iterator at every epoch (and for every validation
         # pass), and destroying an autotuned one waits for its optimization thread, whose sleep grows
         # to 60 s. Measured with TensorFlow 2.21 on a 2-core CPU: 0-60 s with both cores idle at each
-        # epoch's end (epochs of 87-141 s with it, 74-80 s without; the same losses).
+        # epoch's end (epochs of 84-141 s with it, 74-80 s without; the same losses).
         options.autotune.enabled = False
         return dataset.with_options(options)
 
