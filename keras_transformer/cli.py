@@ -454,7 +454,9 @@ def _add_evaluate(sub) -> None:
     evaluate.add_argument("--output", help="write the translations (or the --n-best list) here (default: not "
                           "written)")
     evaluate.add_argument("--target-lang", help="language of the references: picks sacreBLEU's tokenizer (zh: zh, "
-                          "ja: ja-mecab, ko: ko-mecab, any other: 13a; default: none given, 13a)")
+                          "ja: ja-mecab, ko: ko-mecab, any other: 13a) and the Moses rules of the lowercased "
+                          "tokenized BLEU (default: the target language the model folder was trained on, as its "
+                          "config.json records it; none recorded: 13a, English rules)")
     flags = _Flags(evaluate, RunSettings())
     flags.add("evaluation.bleu_tokenize", choices=_bleu_tokenizers())
     _beam_flags(flags)

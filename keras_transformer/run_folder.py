@@ -5,7 +5,7 @@ leaves one folder; :class:`RunFolder` is the only place that knows its
 layout::
 
     spm.model, spm.json           the shared SentencePiece vocabulary (Section 3.4) and how it was trained
-    config.json                   the run record: preset, TransformerConfig, the vocabulary's sha256
+    config.json                   the run record: preset, TransformerConfig, the vocabulary's sha256, the language pair
     checkpoints/                  ckpt-<step>.weights.h5 and state.json (resume; keras_transformer.training.checkpoints)
     best.weights.h5 (+ .json)     the weights of the best validation loss
     best_bleu.weights.h5 (+ .json), best_bleu.hyp.txt
@@ -123,23 +123,34 @@ class RunRecord:
         vocab_sha256: sha256 of ``spm.model`` the model was trained with
             (None: not recorded, not checked).
         written_by: ``"keras_transformer <version>"``, or None (0.1).
+        source_lang, target_lang: the language pair the model was trained on
+            (``"en"``, ``"de"``; None: files without languages, or a folder
+            written before the record had them). ``evaluate`` scores with
+            the target language's BLEU tokenizer and Moses rules by default.
     """
 
     preset: str | None
     config: Any
     vocab_sha256: str | None
     written_by: str | None = None
+    source_lang: str | None = None
+    target_lang: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``config.json``."""
         from keras_transformer import __version__
 
         return {"format": RECORD_FORMAT, "written_by": f"keras_transformer {__version__}", "preset": self.preset,
-                "config": self.config.to_dict(), "vocab_sha256": self.vocab_sha256}
+                "config": self.config.to_dict(), "vocab_sha256": self.vocab_sha256,
+                "source_lang": self.source_lang, "target_lang": self.target_lang}
 
     def same_run(self, other: "RunRecord") -> bool:
-        """Whether two records describe the same run (preset, configuration, vocabulary)."""
-        return (self.preset, self.config, self.vocab_sha256) == (other.preset, other.config, other.vocab_sha256)
+        """Whether two records describe the same run (preset, configuration, vocabulary, and the
+        language pair where both records name it: older records do not)."""
+        if (self.preset, self.config, self.vocab_sha256) != (other.preset, other.config, other.vocab_sha256):
+            return False
+        pairs = (self.source_lang, self.target_lang), (other.source_lang, other.target_lang)
+        return None in pairs[0] + pairs[1] or pairs[0] == pairs[1]
 
 
 @dataclasses.dataclass
@@ -258,7 +269,8 @@ class RunFolder:
         try:
             if "config" in data:
                 return RunRecord(data.get("preset"), TransformerConfig.from_dict(data["config"]),
-                                 data.get("vocab_sha256"), data.get("written_by"))
+                                 data.get("vocab_sha256"), data.get("written_by"),
+                                 data.get("source_lang"), data.get("target_lang"))
             # keras_transformer 0.1's notebook: the bare TransformerConfig dict.
             return RunRecord(None, TransformerConfig.from_dict(data), None, "keras_transformer 0.1 (notebook)")
         except (TypeError, ValueError) as error:
@@ -269,13 +281,14 @@ class RunFolder:
 
         Raises:
             RunError: when ``config.json`` exists with another preset,
-                configuration or vocabulary (resuming it would mix two runs).
+                configuration, vocabulary or language pair (resuming it
+                would mix two runs).
         """
         previous = self.read_record()
         if previous is not None and not previous.same_run(record):
             raise RunError(
-                f"{self.record_path} holds another configuration or vocabulary than this run's; use a new run "
-                "folder (or delete the old one) instead of resuming it"
+                f"{self.record_path} holds another configuration, vocabulary or language pair than this run's; use a "
+                "new run folder (or delete the old one) instead of resuming it"
             )
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.record_path, json.dumps(record.to_dict(), indent=2) + "\n")

@@ -302,6 +302,35 @@ def test_evaluate_says_which_weights_and_shows_a_progress_bar(tmp_path, monkeypa
     assert "translating: 100%" in bar and "3/3" in bar and "sent" in bar
 
 
+def test_evaluate_scores_in_the_target_language_the_folder_records(tmp_path, monkeypatch, capsys):
+    """Without --target-lang, the lowercased tokenized BLEU uses the Moses rules of the language the model folder
+    was trained into (its config.json), as `run` does; --target-lang still overrides it."""
+    import tensorflow as tf
+
+    import keras_transformer.decoding.load as load
+    from keras_transformer.config import get_preset
+    from keras_transformer.run_folder import RunFolder, RunRecord
+
+    folder = RunFolder(tmp_path / "m")
+    folder.path.mkdir()
+    for name in (folder.MODEL, folder.VOCABULARY):  # open_translator is replaced: the files need only exist
+        (folder.path / name).write_bytes(b"")
+    folder.write_record(RunRecord("tiny", get_preset("tiny"), None, source_lang="en", target_lang="de"))
+    (tmp_path / "src.en").write_text("A dog.\n", encoding="utf-8")
+    (tmp_path / "ref.de").write_text("Ein Hund.\n", encoding="utf-8")
+    opened = load.OpenedTranslator("model_dir", lambda batch: {"translations": batch,
+                                                               "truncated": tf.zeros_like(batch, tf.bool)},
+                                   "greedy search", {}, None, weights="model.keras")
+    monkeypatch.setattr(load, "open_translator", lambda *args, **kwargs: opened)
+    command = ["evaluate", "--model-dir", str(folder.path), "--source", str(tmp_path / "src.en"),
+               "--reference", str(tmp_path / "ref.de")]
+    assert main(command) == 0
+    assert "moses-lc-norm-tok:de+" in capsys.readouterr().out
+    assert main(command + ["--target-lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert "moses-lc-norm-tok:en+" in out and "moses-lc-norm-tok:de" not in out
+
+
 def test_rerun_says_what_it_does(tmp_path):
     from keras_transformer.run_folder import RunFolder, atomic_write_text
     from keras_transformer.runner.training import describe_rerun

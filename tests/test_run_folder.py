@@ -86,8 +86,14 @@ def test_the_record_refuses_another_run_and_reads_old_layouts(tmp_path):
     assert written["written_by"].startswith("keras_transformer ")
     assert folder.read_record().same_run(record)
     folder.write_record(record)  # the same run again: fine
-    with pytest.raises(RunError, match="holds another configuration or vocabulary"):
+    with pytest.raises(RunError, match="holds another configuration, vocabulary or language pair"):
         folder.write_record(RunRecord("tiny", _config().replace(dropout_rate=0.3), "ab" * 32))
+    # The language pair is part of the run where both records name it (older records do not).
+    folder.write_record(RunRecord("tiny", _config(), "ab" * 32, source_lang="en", target_lang="de"))
+    assert folder.read_record().target_lang == "de" and folder.read_record().source_lang == "en"
+    with pytest.raises(RunError, match="holds another configuration, vocabulary or language pair"):
+        folder.write_record(RunRecord("tiny", _config(), "ab" * 32, source_lang="de", target_lang="en"))
+    folder.write_record(record)
     # keras_transformer 0.1: the record without format/written_by, its config with the retired fields.
     old = {"preset": "tiny", "config": dict(_config().to_dict(), beam_size=2, train_steps=20), "vocab_sha256": "ab" * 32}
     folder.record_path.write_text(json.dumps(old))

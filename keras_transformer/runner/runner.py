@@ -286,7 +286,10 @@ class Runner:
                 written; ``"-"``: stdout.
             n_best: write the n-best lists; BLEU scores their best hypothesis.
             target_lang: the references' language (picks sacreBLEU's
-                tokenizer; default ``data.target_lang``).
+                tokenizer and the Moses rules of the lowercased tokenized
+                BLEU); default ``data.target_lang``, else the target
+                language the model folder's record names, else none (13a,
+                English rules).
 
         Returns:
             The :class:`~keras_transformer.evaluation.Scores` (printed too).
@@ -300,7 +303,7 @@ class Runner:
         from keras_transformer.evaluation import bleu_metric, score_corpus
 
         translating.check_request(self.settings.decoding, n_best)
-        lang = target_lang or self.settings.data.target_lang
+        lang = target_lang or self.settings.data.target_lang or self._recorded_target_lang()
         tokenize = self.settings.evaluation.bleu_tokenize
         pairs = read_parallel_files(source, reference)
         bleu_metric(lang, tokenize)  # a missing tokenizer package fails before translating
@@ -317,6 +320,13 @@ class Runner:
         scores = score_corpus(hypotheses, pairs.targets, target_lang=lang, tokenize=tokenize)
         self.log(str(scores))
         return scores
+
+    def _recorded_target_lang(self) -> str | None:
+        """The target language in the model folder's run record (None: not a model folder, or not recorded)."""
+        if not self.folder.is_model_folder():  # a SavedModel or CTranslate2 export (its config.json is not ours)
+            return None
+        record = self.folder.read_record()
+        return record.target_lang if record else None
 
     def score(self, source: str | os.PathLike, target: str | os.PathLike, *, output: str | os.PathLike | None = "-",
               per_token: bool = False):

@@ -310,7 +310,8 @@ def train(folder: RunFolder, settings: RunSettings, *, saved_by: str, then: str,
     folder.path.mkdir(parents=True, exist_ok=True)
     tokenizer = _vocabulary(folder, settings, data, log)
     config = model_config(training, tokenizer.vocab_size)
-    folder.write_record(RunRecord(training.preset, config, tokenizer.vocab_sha256))
+    folder.write_record(RunRecord(training.preset, config, tokenizer.vocab_sha256,
+                                  source_lang=data.corpus.source_lang, target_lang=data.corpus.target_lang))
 
     jit_compile = default_jit_compile() if training.jit_compile is None else training.jit_compile
     precision, why = set_precision(training.precision)
