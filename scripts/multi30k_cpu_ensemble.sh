@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Multi30k English->German on a 2-core CPU within a 60-minute training budget, the alternative to
 # scripts/multi30k_cpu.sh measured for issue 25: an ensemble of two `compact` Transformers trained at
-# the same time, one per core. It lost to scripts/multi30k_cpu.sh (`small`, one model) on the AMD EPYC
-# with AVX512_BF16: test2016 38.06 against 38.89 (README "BLEU 37-39.5 on a CPU in an hour").
+# the same time, one per core. It lost to scripts/multi30k_cpu.sh (then `small`, one model) on the AMD EPYC
+# with AVX512_BF16: test2016 38.06 against 38.89 (README "BLEU 39 on a CPU in an hour").
 #
 # Each member: the `compact` preset (Transformer-Tiny's size: pre-LN, 4+4 layers, d_model 128,
 # dff 256, 4 heads, dropout 0.3; Eq. 3 at full rate, 400 warmup steps), the shared 8k SentencePiece

@@ -10,18 +10,19 @@ from keras_transformer.config import get_preset
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _recipe_arguments():
-    """The arguments of the ``keras-transformer`` command in scripts/multi30k_cpu.sh, variables filled in."""
-    text = (REPO / "scripts" / "multi30k_cpu.sh").read_text(encoding="utf-8")
-    command = re.search(r"^keras-transformer (run .+?)(?<!\\)\n", text, flags=re.S | re.M).group(1)
-    command = command.replace("\\\n", " ").replace('"$DATA_DIR"', "data").replace('"$OUT"', "out")
-    return shlex.split(command)
+def _run_arguments(script, member="0"):
+    """The arguments of the ``keras-transformer run --data-dir ...`` command in ``scripts/<script>``, its
+    variables filled in (``$DATA_DIR``: data, ``$OUT``: out, ``$member``: ``member``; ``"$@"`` dropped)."""
+    text = (REPO / "scripts" / script).read_text(encoding="utf-8")
+    command = re.search(r"keras-transformer (run --data-dir .+?)(?<!\\)\n", text, flags=re.S).group(1)
+    command = command.split(' "$@"')[0].replace("\\\n", " ")
+    return shlex.split(command.replace("$DATA_DIR", "data").replace("$OUT", "out").replace("$member", member))
 
 
 def test_cpu_recipe_command_parses_to_the_documented_settings():
-    args = build_parser().parse_args(_recipe_arguments())
+    args = build_parser().parse_args(_run_arguments("multi30k_cpu.sh"))
     assert args.command == "run"
-    assert (args.preset, args.dropout_rate, args.precision) == ("small", 0.3, "auto")
+    assert (args.preset, args.batch_tokens, args.dropout_rate, args.precision) == ("compact", 4096, 0.3, "auto")
     assert args.average_span == 0.3
     assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
     assert (args.data_dir, args.output_dir) == ("data", "out")
@@ -32,10 +33,7 @@ def _ensemble_text():
 
 
 def _ensemble_arguments(member="0"):
-    """The arguments of a member's ``keras-transformer run`` in scripts/multi30k_cpu_ensemble.sh, variables filled in."""
-    command = re.search(r"keras-transformer (run --data-dir .+?) \"\$@\"", _ensemble_text(), flags=re.S).group(1)
-    command = command.replace("\\\n", " ").replace("$DATA_DIR", "data").replace("$OUT", "out")
-    return shlex.split(command.replace("$member", member))
+    return _run_arguments("multi30k_cpu_ensemble.sh", member)
 
 
 def test_ensemble_recipe_member_command_parses_to_the_documented_settings():
@@ -67,8 +65,8 @@ def test_cpu_recipe_is_described_in_the_readme():
     assert "last 10 checkpoints" in section
 
 
-def test_small_preset_is_the_recipes_architecture():
-    """The recipe changes training settings only: the `small` preset keeps its architecture."""
-    small = get_preset("small")
-    assert (small.num_layers, small.d_model, small.num_heads, small.dff) == (3, 256, 4, 1024)
-    assert (small.norm_first, small.tie_embeddings, small.vocab_size) == (True, True, 8000)
+def test_compact_preset_is_the_recipes_architecture():
+    """The recipe changes training settings only: the `compact` preset keeps Transformer-Tiny's architecture."""
+    compact = get_preset("compact")
+    assert (compact.num_layers, compact.d_model, compact.num_heads, compact.dff) == (4, 128, 4, 256)
+    assert (compact.norm_first, compact.tie_embeddings, compact.vocab_size) == (True, True, 8000)
