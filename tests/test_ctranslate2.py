@@ -38,7 +38,9 @@ from keras_transformer.export import QUANTIZATIONS, export_ctranslate2  # noqa: 
 MAX_LENGTH = 64
 EXTRA = 50
 TRAIN_PAIRS = 10_000
-TRAIN_STEPS = {"pre_ln": 250, "post_ln": 250}  # each clears the guards below by a margin (post-LN: 105 distinct outputs of 200, BLEU 1.8)
+# Each clears the guards below by a margin (post-LN at half the rate: 199 distinct outputs of 200, BLEU 4.4, on an
+# AVX2-only AMD EPYC; at the full rate the same steps gave 105 on an AVX512 CPU but 33 there, under the guard of 50).
+TRAIN_STEPS = {"pre_ln": 250, "post_ln": 250}
 NUM_VALID = 200
 
 
@@ -84,8 +86,8 @@ def models(spm_model, pairs, tmp_path_factory):
     out = {}
     for name, overrides in {
         "pre_ln": dict(norm_first=True),
-        # Post-LN trains less stably: at twice the rate its outputs barely depend on the input.
-        "post_ln": dict(norm_first=False, tie_embeddings=False, learned_positions=True, learning_rate_scale=1.0),
+        # Post-LN trains less stably: at the full rate or above, its outputs barely depend on the input on some CPUs.
+        "post_ln": dict(norm_first=False, tie_embeddings=False, learned_positions=True, learning_rate_scale=0.5),
     }.items():
         model = _train(spm_model, pairs, TRAIN_STEPS[name], **overrides)
         path = export_ctranslate2(model, SubwordTokenizer(spm_model), tmp_path_factory.mktemp(name) / "ct2",
