@@ -149,8 +149,9 @@ class RunRecord:
         language pair where both records name it: older records do not)."""
         if (self.preset, self.config, self.vocab_sha256) != (other.preset, other.config, other.vocab_sha256):
             return False
-        pairs = (self.source_lang, self.target_lang), (other.source_lang, other.target_lang)
-        return None in pairs[0] + pairs[1] or pairs[0] == pairs[1]
+        ours, theirs = (self.source_lang, self.target_lang), (other.source_lang, other.target_lang)
+        both_name_a_pair = None not in ours + theirs
+        return ours == theirs or not both_name_a_pair
 
 
 @dataclasses.dataclass

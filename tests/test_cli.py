@@ -329,6 +329,14 @@ def test_evaluate_scores_in_the_target_language_the_folder_records(tmp_path, mon
     assert main(command + ["--target-lang", "en"]) == 0
     out = capsys.readouterr().out
     assert "moses-lc-norm-tok:en+" in out and "moses-lc-norm-tok:de" not in out
+    # A folder trained before the record named the pair: its results.json does.
+    folder.write_record(RunRecord("tiny", get_preset("tiny"), None))
+    folder.write_results({"dataset": "multi30k", "language_pair": "en-de"})
+    assert main(command) == 0
+    assert "moses-lc-norm-tok:de+" in capsys.readouterr().out
+    (folder.path / folder.RESULTS).unlink()  # neither names it: the default language
+    assert main(command) == 0
+    assert "moses-lc-norm-tok:en+" in capsys.readouterr().out
 
 
 def test_rerun_says_what_it_does(tmp_path):

@@ -322,11 +322,24 @@ class Runner:
         return scores
 
     def _recorded_target_lang(self) -> str | None:
-        """The target language in the model folder's run record (None: not a model folder, or not recorded)."""
+        """The target language the model folder was trained into (None: not a model folder, or not recorded).
+
+        From the run record (``config.json``); for a folder trained before the record named the
+        language pair, from its ``results.json`` (``"language_pair": "en-de"``), if the main job wrote one.
+        """
         if not self.folder.is_model_folder():  # a SavedModel or CTranslate2 export (its config.json is not ours)
             return None
         record = self.folder.read_record()
-        return record.target_lang if record else None
+        if record and record.target_lang:
+            return record.target_lang
+        try:
+            results = self.folder.read_results() or {}
+        except (OSError, ValueError):  # an unreadable results.json: no language, not an error
+            return None
+        pair = results.get("language_pair") if isinstance(results, dict) else None
+        if not isinstance(pair, str):
+            return None
+        return pair.partition("-")[2] or None
 
     def score(self, source: str | os.PathLike, target: str | os.PathLike, *, output: str | os.PathLike | None = "-",
               per_token: bool = False):
