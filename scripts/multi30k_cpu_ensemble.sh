@@ -11,7 +11,8 @@
 # with AVX512_BF16/AMX, float32 otherwise), 57 minutes of training, the average of the last 10 epoch
 # checkpoints within the last 30% of the steps (Section 6.1). Seeds 0 and 1.
 # Two single-core trainings at once make 1.41x the updates of one two-core training (a small model's
-# matrix products keep one core busy but not two): each member gets 0.70x the updates of a lone model.
+# matrix products keep one core busy but not two): each member gets 0.70x the updates of a lone model
+# (on the AMD EPYC with AVX512_BF16; 0.62x with 4k-token batches on an AVX2-only EPYC).
 # The ensemble averages the members' log-probabilities at each step of beam search (beam 4,
 # alpha 0.6).
 #
