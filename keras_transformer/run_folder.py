@@ -450,6 +450,28 @@ class RunFolder:
             return None
         return json.loads(self.results_path.read_text(encoding="utf-8"))
 
+    def trained_target_lang(self) -> str | None:
+        """The language the model in this folder translates into, e.g. ``"de"``.
+
+        From the run record (``config.json``); for a folder trained before the record named the
+        language pair, from ``results.json`` (``"language_pair": "en-de"``), if the main job wrote one.
+
+        Returns:
+            The language code, or None: not a model folder (a SavedModel or CTranslate2 export,
+            whose ``config.json`` is not ours), not recorded, or ``results.json`` unreadable.
+        """
+        if not self.is_model_folder():
+            return None
+        record = self.read_record()
+        if record and record.target_lang:
+            return record.target_lang
+        try:
+            results = self.read_results()
+        except (OSError, ValueError):
+            return None
+        pair = results.get("language_pair") if isinstance(results, dict) else None
+        return (pair.partition("-")[2] or None) if isinstance(pair, str) else None
+
     def write_results(self, results: dict[str, Any]) -> None:
         """Writes ``results.json`` atomically."""
         self.path.mkdir(parents=True, exist_ok=True)

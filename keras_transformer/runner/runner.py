@@ -303,7 +303,7 @@ class Runner:
         from keras_transformer.evaluation import bleu_metric, score_corpus
 
         translating.check_request(self.settings.decoding, n_best)
-        lang = target_lang or self.settings.data.target_lang or self._recorded_target_lang()
+        lang = target_lang or self.settings.data.target_lang or self.folder.trained_target_lang()
         tokenize = self.settings.evaluation.bleu_tokenize
         pairs = read_parallel_files(source, reference)
         bleu_metric(lang, tokenize)  # a missing tokenizer package fails before translating
@@ -320,26 +320,6 @@ class Runner:
         scores = score_corpus(hypotheses, pairs.targets, target_lang=lang, tokenize=tokenize)
         self.log(str(scores))
         return scores
-
-    def _recorded_target_lang(self) -> str | None:
-        """The target language the model folder was trained into (None: not a model folder, or not recorded).
-
-        From the run record (``config.json``); for a folder trained before the record named the
-        language pair, from its ``results.json`` (``"language_pair": "en-de"``), if the main job wrote one.
-        """
-        if not self.folder.is_model_folder():  # a SavedModel or CTranslate2 export (its config.json is not ours)
-            return None
-        record = self.folder.read_record()
-        if record and record.target_lang:
-            return record.target_lang
-        try:
-            results = self.folder.read_results() or {}
-        except (OSError, ValueError):  # an unreadable results.json: no language, not an error
-            return None
-        pair = results.get("language_pair") if isinstance(results, dict) else None
-        if not isinstance(pair, str):
-            return None
-        return pair.partition("-")[2] or None
 
     def score(self, source: str | os.PathLike, target: str | os.PathLike, *, output: str | os.PathLike | None = "-",
               per_token: bool = False):
