@@ -151,6 +151,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="also profile 5 steps and print the time by op type")
     parser.add_argument("--top", type=int, default=15, help="op types shown per profile")
+    parser.add_argument("--batch-tokens", type=int, default=None,
+                        help="tokens per batch (default: each preset's own; the CPU recipe uses 4096)")
     args = parser.parse_args(argv)
 
     prepared, tokenizer = _common.load_prepared(args.data_dir, 8000, 128)
@@ -158,6 +160,8 @@ def main(argv=None) -> int:
     rows = []
     for preset in args.presets.split(","):
         config = get_preset(preset, vocab_size=tokenizer.vocab_size)
+        if args.batch_tokens:
+            config = config.replace(batch_tokens=args.batch_tokens)
         batches = _common.as_numpy(make_dataset(prepared, batch_tokens=config.batch_tokens, seed=1),
                                    limit=args.warmup + args.steps)
         timed = batches[args.warmup:]
