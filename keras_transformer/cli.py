@@ -74,7 +74,8 @@ FLAGS = {
     "training.preset": "--preset", "training.batch_tokens": "--batch-tokens", "training.warmup_steps": "--warmup-steps",
     "training.dropout_rate": "--dropout-rate", "training.attention_dropout_rate": "--attention-dropout-rate",
     "training.num_layers": "--num-layers", "training.d_model": "--d-model", "training.num_heads": "--num-heads",
-    "training.dff": "--dff", "training.label_smoothing": "--label-smoothing", "training.max_length": "--max-length",
+    "training.dff": "--dff", "training.norm_first": "--norm-first", "training.label_smoothing": "--label-smoothing",
+    "training.max_length": "--max-length",
     "training.learning_rate_scale": "--learning-rate-scale", "training.epochs": "--epochs",
     "training.max_train_minutes": "--max-train-minutes",
     "training.gradient_accumulation_steps": "--gradient-accumulation-steps", "training.save_freq": "--save-freq",
@@ -231,6 +232,11 @@ def _training_flags(flags: _Flags) -> None:
                        ("attention_dropout_rate", float), ("num_layers", int), ("d_model", int), ("num_heads", int),
                        ("dff", int), ("label_smoothing", float), ("max_length", int)):
         flags.add("training." + name, type=kind)
+    layer_norm = flags.parser.add_mutually_exclusive_group()
+    flags.add("training.norm_first", group=layer_norm, action="store_true",
+              text="pre-LayerNorm, x + Sublayer(LayerNorm(x)) (Xiong et al., 2020)")
+    layer_norm.add_argument("--no-norm-first", dest="norm_first", action="store_false", default=None,
+                            help="the paper's post-LayerNorm (Section 3.1) (default: see --norm-first)")
     flags.add("data.length_policy")
     for name, kind in (("epochs", int), ("max_train_minutes", float), ("learning_rate_scale", float),
                        ("gradient_accumulation_steps", int), ("save_freq", int), ("average_last", int),

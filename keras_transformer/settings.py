@@ -303,7 +303,8 @@ class VocabularySettings(_Section):
 
 #: The :class:`TrainingSettings` fields that override a field of the preset's TransformerConfig.
 CONFIG_OVERRIDES = ("batch_tokens", "warmup_steps", "dropout_rate", "attention_dropout_rate", "max_length",
-                    "learning_rate_scale", "num_layers", "d_model", "num_heads", "dff", "label_smoothing")
+                    "learning_rate_scale", "num_layers", "d_model", "num_heads", "dff", "label_smoothing",
+                    "norm_first")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +323,8 @@ class TrainingSettings(_Section):
     d_model: int | None = _preset_value("model width")
     num_heads: int | None = _preset_value("attention heads h")
     dff: int | None = _preset_value("feed-forward inner width (Eq. 2)")
+    norm_first: bool | None = _preset_value("pre-LayerNorm, x + Sublayer(LayerNorm(x)) (Xiong et al., 2020); False: "
+                                            "the paper's post-LayerNorm, LayerNorm(x + Sublayer(x)) (Section 3.1)")
     label_smoothing: float | None = _preset_value("epsilon_ls, Section 5.4")
     max_length: int | None = _preset_value("longest sequence in tokens, EOS included")
     learning_rate_scale: float | None = _preset_value("multiplies the Eq. 3 learning rate")

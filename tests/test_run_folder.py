@@ -167,6 +167,25 @@ def test_dataset_names_are_the_data_packages():
     assert tuple(DATASETS) == DATASET_NAMES
 
 
+def test_norm_first_flags_override_the_presets_layer_norm_placement():
+    from keras_transformer.cli import _settings, build_parser
+    from keras_transformer.config import get_preset
+
+    parser = build_parser()
+    training = {flags: _settings(parser.parse_args(["train", "--model-dir", "o", *flags])).training
+                for flags in ((), ("--norm-first",), ("--no-norm-first",))}
+    assert [t.norm_first for t in training.values()] == [None, True, False]
+    assert training[()].config_overrides() == {}
+    post = training[("--no-norm-first",)]
+    assert post.config_overrides() == {"norm_first": False}
+    # compact is pre-LN; the flag gives the paper's post-LN with everything else the preset's.
+    assert get_preset("compact").norm_first is True
+    config = get_preset("compact", **post.config_overrides())
+    assert config.norm_first is False and config.replace(norm_first=True) == get_preset("compact")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--model-dir", "o", "--norm-first", "--no-norm-first"])
+
+
 def test_every_cli_flag_of_a_setting_takes_its_default_from_the_settings():
     import argparse
 
@@ -179,7 +198,7 @@ def test_every_cli_flag_of_a_setting_takes_its_default_from_the_settings():
         fields = command.get_default("_fields") or {}
         base = command.get_default("_base")
         for action in command._actions:
-            if action.dest in fields and action.option_strings != ["--no-jit-compile"]:
+            if action.dest in fields and action.option_strings not in (["--no-jit-compile"], ["--no-norm-first"]):
                 section, field = fields[action.dest].split(".")
                 assert FLAGS[fields[action.dest]] in action.option_strings
                 assert action.default == getattr(getattr(base, section), field), (name, action.dest)
