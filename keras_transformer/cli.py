@@ -202,6 +202,14 @@ class _Flags:
         self.fields[dest] = path
         (group or self.parser).add_argument(flag, dest=dest, default=default, help=help_text, **kwargs)
 
+    def add_on_off(self, path: str, *, off_help: str, text: str = "") -> None:
+        """``--name`` / ``--no-name`` (mutually exclusive) for a setting whose None means "decided elsewhere"."""
+        group = self.parser.add_mutually_exclusive_group()
+        self.add(path, group=group, action="store_true", text=text)
+        flag = FLAGS[path]
+        group.add_argument("--no-" + flag.lstrip("-"), dest=flag.lstrip("-").replace("-", "_"), action="store_false",
+                           default=None, help=f"{off_help} (default: see {flag})")
+
 
 def _data_flags(flags: _Flags, files: bool) -> None:
     flags.add("data.data_dir")
@@ -232,20 +240,14 @@ def _training_flags(flags: _Flags) -> None:
                        ("attention_dropout_rate", float), ("num_layers", int), ("d_model", int), ("num_heads", int),
                        ("dff", int), ("label_smoothing", float), ("max_length", int)):
         flags.add("training." + name, type=kind)
-    layer_norm = flags.parser.add_mutually_exclusive_group()
-    flags.add("training.norm_first", group=layer_norm, action="store_true",
-              text="pre-LayerNorm, x + Sublayer(LayerNorm(x)) (Xiong et al., 2020)")
-    layer_norm.add_argument("--no-norm-first", dest="norm_first", action="store_false", default=None,
-                            help="the paper's post-LayerNorm (Section 3.1) (default: see --norm-first)")
+    flags.add_on_off("training.norm_first", text="pre-LayerNorm, x + Sublayer(LayerNorm(x)) (Xiong et al., 2020)",
+                     off_help="the paper's post-LayerNorm (Section 3.1)")
     flags.add("data.length_policy")
     for name, kind in (("epochs", int), ("max_train_minutes", float), ("learning_rate_scale", float),
                        ("gradient_accumulation_steps", int), ("save_freq", int), ("average_last", int),
                        ("average_span", _span)):
         flags.add("training." + name, type=kind)
-    xla = flags.parser.add_mutually_exclusive_group()
-    flags.add("training.jit_compile", group=xla, action="store_true")
-    xla.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", default=None,
-                     help="XLA off (default: see --jit-compile)")
+    flags.add_on_off("training.jit_compile", off_help="XLA off")
     for name, kind in (("precision", None), ("strategy", None), ("seed", int), ("log_every", int)):
         flags.add("training." + name, type=kind)
     for name, kind in (("bleu_every", _non_negative_int), ("bleu_sentences", _non_negative_int),

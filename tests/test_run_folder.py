@@ -198,7 +198,8 @@ def test_every_cli_flag_of_a_setting_takes_its_default_from_the_settings():
         fields = command.get_default("_fields") or {}
         base = command.get_default("_base")
         for action in command._actions:
-            if action.dest in fields and action.option_strings not in (["--no-jit-compile"], ["--no-norm-first"]):
+            off_of_on_off = isinstance(action, argparse._StoreFalseAction) and action.default is None  # --no-jit-compile
+            if action.dest in fields and not off_of_on_off:
                 section, field = fields[action.dest].split(".")
                 assert FLAGS[fields[action.dest]] in action.option_strings
                 assert action.default == getattr(getattr(base, section), field), (name, action.dest)
