@@ -77,7 +77,7 @@ FLAGS = {
     "training.dff": "--dff", "training.norm_first": "--norm-first", "training.label_smoothing": "--label-smoothing",
     "training.max_length": "--max-length",
     "training.learning_rate_scale": "--learning-rate-scale", "training.epochs": "--epochs",
-    "training.max_train_minutes": "--max-train-minutes",
+    "training.max_train_minutes": "--max-train-minutes", "training.cooldown_fraction": "--cooldown-fraction",
     "training.gradient_accumulation_steps": "--gradient-accumulation-steps", "training.save_freq": "--save-freq",
     "training.average_last": "--average-last", "training.average_span": "--average-span",
     "training.jit_compile": "--jit-compile", "training.precision": "--precision", "training.strategy": "--strategy",
@@ -243,7 +243,8 @@ def _training_flags(flags: _Flags) -> None:
     flags.add_on_off("training.norm_first", text="pre-LayerNorm, x + Sublayer(LayerNorm(x)) (Xiong et al., 2020)",
                      off_help="the paper's post-LayerNorm (Section 3.1)")
     flags.add("data.length_policy")
-    for name, kind in (("epochs", int), ("max_train_minutes", float), ("learning_rate_scale", float),
+    for name, kind in (("epochs", int), ("max_train_minutes", float), ("cooldown_fraction", float),
+                       ("learning_rate_scale", float),
                        ("gradient_accumulation_steps", int), ("save_freq", int), ("average_last", int),
                        ("average_span", _span)):
         flags.add("training." + name, type=kind)

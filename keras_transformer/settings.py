@@ -330,6 +330,9 @@ class TrainingSettings(_Section):
     learning_rate_scale: float | None = _preset_value("multiplies the Eq. 3 learning rate")
     epochs: int = _setting(20, "passes over the training data")
     max_train_minutes: float = _setting(0.0, "stop training after this many minutes (0: no limit)")
+    cooldown_fraction: float = _setting(
+        0.0, "with {training.max_train_minutes}: the learning rate decays linearly to 0 over this last fraction of "
+        "the time budget, e.g. 0.3 (a cooldown, not in the paper; 0: Eq. 3 to the end)")
     gradient_accumulation_steps: int | None = _setting(None, "batches per update", "1: no accumulation")
     save_freq: int | None = _setting(None, "checkpoint every N batches (0: each epoch)", "each epoch")
     average_last: int = _setting(0, "average the last N checkpoints at the end (Section 6.1; 0 or 1: no)")
@@ -357,6 +360,11 @@ class TrainingSettings(_Section):
         _check_at_least("training", {"average_last": self.average_last, "save_freq": self.save_freq}, 0)
         if not self.max_train_minutes >= 0:
             raise RunError(f"{{training.max_train_minutes}} must be >= 0, got {self.max_train_minutes!r}")
+        if not 0.0 <= self.cooldown_fraction <= 1.0:
+            raise RunError(f"{{training.cooldown_fraction}} must be in [0, 1], got {self.cooldown_fraction!r}")
+        if self.cooldown_fraction and not self.max_train_minutes:
+            raise RunError("{training.cooldown_fraction} needs {training.max_train_minutes}: the cooldown is the end "
+                           "of a time budget")
         if not 0.0 < self.average_span <= 1.0:
             raise RunError(f"{{training.average_span}} must be in (0, 1], got {self.average_span!r}")
 

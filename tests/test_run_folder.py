@@ -131,6 +131,11 @@ def test_settings_name_their_fields_and_render_as_the_caller_wants():
     DecodingSettings(beam_size=4, seed=1).check(sampling_excludes_beam_search=False)  # an export: both
     with pytest.raises(RunError, match="training.average_span must be in"):
         TrainingSettings(average_span=0.0).check()
+    with pytest.raises(RunError, match="training.cooldown_fraction needs training.max_train_minutes"):
+        TrainingSettings(cooldown_fraction=0.3).check()
+    with pytest.raises(RunError, match=r"training.cooldown_fraction must be in \[0, 1\], got 1.5"):
+        TrainingSettings(cooldown_fraction=1.5, max_train_minutes=10).check()
+    TrainingSettings(cooldown_fraction=0.3, max_train_minutes=10).check()
     with pytest.raises(RunError, match="unknown preset 'huge'"):
         TrainingSettings(preset="huge").check()
     assert render("{argument.n_best} and {data.tsv}") == "n_best and data.tsv"

@@ -207,7 +207,8 @@ def _compiled_model(settings: RunSettings, config, strategy, jit_compile: bool):
     with strategy.scope():
         model = build_model(config)
         compile_model(model, config, jit_compile=jit_compile, learning_rate_scale=config.learning_rate_scale,
-                      gradient_accumulation_steps=settings.training.gradient_accumulation_steps)
+                      gradient_accumulation_steps=settings.training.gradient_accumulation_steps,
+                      cooldown=settings.training.cooldown_fraction > 0)
     return model
 
 
@@ -232,6 +233,8 @@ def _announce(settings: RunSettings, config, jit_compile: bool, precision: str, 
     log(f"training preset {training.preset!r} (N={config.num_layers}, d_model={config.d_model}, h={config.num_heads}, "
         f"dff={config.dff}, P_drop={config.dropout_rate}, {config.batch_tokens} tokens/batch) for {training.epochs} "
         "epochs" + (f", at most {training.max_train_minutes:g} min" if training.max_train_minutes else "")
+        + (f" (learning rate cooled down to 0 over its last {training.cooldown_fraction:.0%})"
+           if training.cooldown_fraction else "")
         + f"; XLA {'on' if jit_compile else 'off'}, precision {precision} ({why}); {onednn}")
 
 
@@ -245,7 +248,7 @@ def _fit(model, folder: RunFolder, settings: RunSettings, config, train_data, va
         model, train_data, model_dir=folder.path, epochs=training.epochs, validation_data=valid_data,
         save_freq=training.save_freq or None, keep_checkpoints=max(config.checkpoint_average, training.average_last or 0),
         max_train_seconds=training.max_train_minutes * 60 if training.max_train_minutes else None,
-        verbose=verbose, callbacks=progress, validation_bleu=bleu, early_stopping=early,
+        cooldown_fraction=training.cooldown_fraction, verbose=verbose, callbacks=progress, validation_bleu=bleu, early_stopping=early,
     )
     minutes = (time.monotonic() - start) / 60
     losses = history.history.get("loss") or [0.0]

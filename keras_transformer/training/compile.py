@@ -20,7 +20,7 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.training import keras_internals
 from keras_transformer.training.accumulation import PerUpdateSchedule
 from keras_transformer.training.losses import MaskedLabelSmoothedCrossEntropy, masked_accuracy
-from keras_transformer.training.schedule import paper_optimizer
+from keras_transformer.training.schedule import CooldownSchedule, paper_optimizer
 from keras_transformer.training.train_step import install_train_step
 
 __all__ = ["build_model", "compile_model", "default_jit_compile"]
@@ -69,6 +69,7 @@ def compile_model(
     learning_rate_scale: float | None = None,
     gradient_accumulation_steps: int | None = None,
     steps_per_execution: int = 1,
+    cooldown: bool = False,
 ) -> keras.Model:
     """Compiles ``model`` with the paper's optimizer, loss and masked accuracy, and installs the train step.
 
@@ -85,6 +86,11 @@ def compile_model(
             normalized by its own global token count and the accumulated
             gradients are averaged (Keras' optimizer accumulation).
         steps_per_execution: batches per ``tf.function`` call.
+        cooldown: wrap the schedule in a
+            :class:`~keras_transformer.training.schedule.CooldownSchedule`,
+            whose factor :func:`~keras_transformer.training.fitting.fit`
+            lowers to 0 over the end of its time budget
+            (``cooldown_fraction``). Not in the paper.
 
     Returns:
         The same model, compiled (Keras-level ``jit_compile=False``; XLA, if
@@ -108,6 +114,8 @@ def compile_model(
         config.learning_rate_scale if learning_rate_scale is None else learning_rate_scale,
         gradient_accumulation_steps=accumulate,
     )
+    if cooldown:
+        optimizer.learning_rate = CooldownSchedule(keras_internals.learning_rate_as_given(optimizer))
     if accumulate:
         # Keras evaluates schedules at the batch counter; Eq. 3 counts updates.
         optimizer.learning_rate = PerUpdateSchedule(keras_internals.learning_rate_as_given(optimizer), accumulate)

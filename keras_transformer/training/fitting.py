@@ -27,27 +27,75 @@ __all__ = ["TimeBudget", "fit", "with_known_length"]
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Stops training after ``seconds`` of wall time, at the end of a batch.
+    """Stops training after ``seconds`` of wall time, at the end of a batch; optionally cools the learning rate down.
+
+    With ``cooldown_fraction`` f > 0 the learning rate is also multiplied by
+    ``min(1, (seconds - spent) / (f * seconds))`` after every batch: 1 until
+    the last fraction f of the budget, then falling linearly to 0 when the
+    budget runs out (through the factor of the optimizer's
+    :class:`~keras_transformer.training.schedule.CooldownSchedule`; not in the
+    paper). Each ``fit`` call has its own budget, so a resumed run cools down
+    at the end of its own.
 
     Args:
         seconds: the budget in seconds (wall clock, from the start of ``fit``).
         excluded: a function returning seconds not to count (e.g. the time
             spent translating for validation BLEU), or None.
+        cooldown_fraction: the fraction f of the budget at its end over which
+            the learning rate decays to 0, in [0, 1] (0: no cooldown).
+
+    Raises:
+        ValueError: for a negative budget or a ``cooldown_fraction`` outside
+            [0, 1]; at the start of training, when ``cooldown_fraction`` > 0
+            and the optimizer's learning rate has no ``CooldownSchedule``
+            (compile with ``compile_model(..., cooldown=True)``).
     """
 
-    def __init__(self, seconds: float, excluded=None):
+    def __init__(self, seconds: float, excluded=None, cooldown_fraction: float = 0.0):
         super().__init__()
+        if not seconds >= 0:
+            raise ValueError(f"TimeBudget.seconds must be >= 0, got {seconds!r}")
+        if not 0.0 <= cooldown_fraction <= 1.0:
+            raise ValueError(f"TimeBudget.cooldown_fraction must be in [0, 1], got {cooldown_fraction!r}")
         self.seconds = float(seconds)
         self.excluded = excluded
+        self.cooldown_fraction = float(cooldown_fraction)
         self._start = None
+        self._factor = None
         self.stopped_early = False
+
+    def spent(self) -> float:
+        """Seconds of the budget used so far (wall time since the start, less the excluded time)."""
+        return time.monotonic() - self._start - (self.excluded() if self.excluded is not None else 0.0)
+
+    def cooldown_factor(self, spent: float) -> float:
+        """The learning-rate factor after ``spent`` seconds: 1 before the cooldown, then linear down to 0."""
+        if not self.cooldown_fraction:
+            return 1.0
+        left = max(self.seconds - spent, 0.0)
+        return min(1.0, left / (self.cooldown_fraction * self.seconds)) if self.seconds else 0.0
 
     def on_train_begin(self, logs=None):
         if self._start is None:
             self._start = time.monotonic()
+        if self.cooldown_fraction and self._factor is None:
+            from keras_transformer.training import keras_internals
+            from keras_transformer.training.schedule import find_cooldown
+
+            schedule = find_cooldown(keras_internals.learning_rate_as_given(self.model.optimizer))
+            if schedule is None:
+                raise ValueError(
+                    "a cooldown needs the optimizer's learning rate in a CooldownSchedule: compile with "
+                    "compile_model(..., cooldown=True)"
+                )
+            self._factor = schedule.factor
+        if self._factor is not None:
+            self._factor.assign(self.cooldown_factor(self.spent()))
 
     def on_train_batch_end(self, batch, logs=None):
-        spent = time.monotonic() - self._start - (self.excluded() if self.excluded is not None else 0.0)
+        spent = self.spent()
+        if self._factor is not None:
+            self._factor.assign(self.cooldown_factor(spent))
         if spent >= self.seconds:
             self.stopped_early = True
             self.model.stop_training = True
@@ -100,6 +148,7 @@ def fit(
     save_freq: int | None = None,
     keep_checkpoints: int = 5,
     max_train_seconds: float | None = None,
+    cooldown_fraction: float = 0.0,
     tensorboard: bool = True,
     callbacks: list | None = None,
     verbose: int | str = "auto",
@@ -150,6 +199,10 @@ def fit(
         save_freq: checkpoint every this many batches (``None``: per epoch).
         keep_checkpoints: newest checkpoints kept (``config.checkpoint_average``).
         max_train_seconds: stop after this wall time (``None``: no limit).
+        cooldown_fraction: with ``max_train_seconds``, decay the learning
+            rate linearly to 0 over this last fraction of the budget
+            (:class:`TimeBudget`; the model compiled with
+            ``compile_model(..., cooldown=True)``); 0: none.
         tensorboard: write TensorBoard logs.
         callbacks: further Keras callbacks (they see ``val_bleu``/``val_chrf``
             in the epoch logs when ``validation_bleu`` is given).
@@ -164,8 +217,13 @@ def fit(
     Raises:
         keras_transformer.data.prepare.PreparedDataError: when reading a
             prepared shard fails its checksum (the shard is named).
+        ValueError: for a ``cooldown_fraction`` without ``max_train_seconds``,
+            outside [0, 1], or on a model compiled without a cooldown.
     """
     from keras_transformer.data.epochs import EpochBatches
+
+    if cooldown_fraction and max_train_seconds is None:
+        raise ValueError("cooldown_fraction needs max_train_seconds: the cooldown is the end of a time budget")
 
     model_dir = task_dir(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -206,7 +264,7 @@ def fit(
             history.set_model(model)
             return history
     excluded = (lambda: validation_bleu.seconds) if validation_bleu is not None else None
-    budget = TimeBudget(max_train_seconds, excluded) if max_train_seconds is not None else None
+    budget = TimeBudget(max_train_seconds, excluded, cooldown_fraction) if max_train_seconds is not None else None
     if budget is not None:
         cbs.append(budget)
     cbs.extend(callbacks or [])

@@ -52,3 +52,17 @@ def test_rejects_non_positive(field):
 def test_paper_optimizer_hyperparameters():
     optimizer = paper_optimizer(d_model=512, warmup_steps=4000)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+
+
+def test_the_cooldown_schedule_multiplies_eq3_by_its_factor_and_round_trips():
+    from keras_transformer.training.accumulation import PerUpdateSchedule
+    from keras_transformer.training.schedule import CooldownSchedule, find_cooldown
+
+    cooled = CooldownSchedule(WarmupSchedule(d_model=128, warmup_steps=400))
+    assert float(cooled(999)) == pytest.approx(eq3(128, 400, 1000), rel=1e-6)
+    cooled.factor.assign(0.25)
+    assert float(cooled(999)) == pytest.approx(0.25 * eq3(128, 400, 1000), rel=1e-6)
+    reloaded = CooldownSchedule.from_config(cooled.get_config())  # the factor is not config: it starts at 1
+    assert float(reloaded(999)) == pytest.approx(eq3(128, 400, 1000), rel=1e-6)
+    assert find_cooldown(PerUpdateSchedule(cooled, 2)) is cooled
+    assert find_cooldown(WarmupSchedule(d_model=128)) is None

@@ -310,6 +310,22 @@ def test_fit_with_unknown_length_validation_data_warns_nothing_and_steps_once_pe
     assert not [w for w in recwarn if "ran out of data" in str(w.message)]
 
 
+def test_a_cooldown_at_the_end_of_the_budget_trains_with_the_learning_rate_it_reached(tmp_path):
+    # A budget of 0 s with a cooldown over all of it: the factor is 0 from the start, so the one batch that
+    # trains leaves the weights as they were (Adam's step is the learning rate times m / sqrt(v)).
+    rng = np.random.default_rng(7)
+    data = tf.data.Dataset.from_tensor_slices(_batch(rng)).batch(4)
+    for cooldown, moved in ((False, True), (True, False)):
+        model = _model(cooldown=cooldown)
+        before = [w.copy() for w in model.get_weights()]
+        training.fit(model, data.repeat(3), model_dir=tmp_path / str(cooldown), epochs=2, max_train_seconds=0.0,
+                     cooldown_fraction=1.0 if cooldown else 0.0, tensorboard=False, verbose=0)
+        assert int(model.optimizer.iterations) == 1
+        assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights())) is moved
+    with pytest.raises(ValueError, match="cooldown_fraction needs max_train_seconds"):
+        training.fit(_model(cooldown=True), data, model_dir=tmp_path / "x", epochs=1, cooldown_fraction=0.3)
+
+
 def test_time_budget_stops_after_the_batch_it_runs_out_in_and_says_where(tmp_path, capsys):
     model = _model()
     rng = np.random.default_rng(7)

@@ -232,6 +232,33 @@ def test_the_time_budget_leaves_validation_out():
         assert budget.stopped_early is stopped
 
 
+def test_the_time_budget_cools_the_learning_rate_down_to_zero_over_its_last_fraction(monkeypatch):
+    from keras_transformer.training import fitting
+
+    config = get_preset("tiny")
+    model = training.compile_model(training.build_model(config), config, jit_compile=False, cooldown=True)
+    clock = [1000.0]
+    monkeypatch.setattr(fitting.time, "monotonic", lambda: clock[0])
+    budget = training.TimeBudget(100.0, cooldown_fraction=0.3)
+    budget.set_model(model)
+    budget.on_train_begin()
+    eq3 = float(training.WarmupSchedule(config.d_model, config.warmup_steps)(0))
+    # 1 until 70 s of the 100, then linear: 0.5 at 85 s, 0 at 100 s (and the budget stops training).
+    for spent, factor in ((0.0, 1.0), (70.0, 1.0), (85.0, 0.5), (94.0, 0.2), (100.0, 0.0)):
+        clock[0] = 1000.0 + spent
+        budget.on_train_batch_end(0)
+        assert float(model.optimizer.learning_rate) == pytest.approx(factor * eq3, rel=1e-5)
+        assert budget.stopped_early is (spent >= 100.0)
+
+    plain = training.compile_model(training.build_model(config), config, jit_compile=False)
+    budget = training.TimeBudget(100.0, cooldown_fraction=0.3)
+    budget.set_model(plain)
+    with pytest.raises(ValueError, match=r"compile_model\(..., cooldown=True\)"):
+        budget.on_train_begin()
+    with pytest.raises(ValueError, match="cooldown_fraction must be in"):
+        training.TimeBudget(100.0, cooldown_fraction=1.5)
+
+
 def test_bad_settings_are_named(data):
     tokenizer = SubwordTokenizer(data.spm)
     config = get_preset("tiny", vocab_size=tokenizer.vocab_size)
