@@ -22,7 +22,8 @@ def _run_arguments(script, member="0"):
 def test_cpu_recipe_command_parses_to_the_documented_settings():
     args = build_parser().parse_args(_run_arguments("multi30k_cpu.sh"))
     assert args.command == "run"
-    assert (args.preset, args.batch_tokens, args.dropout_rate, args.precision) == ("compact", 4096, 0.3, "auto")
+    assert (args.preset, args.batch_tokens, args.dropout_rate, args.precision) == ("compact", 4096, 0.2, "auto")
+    assert args.length_penalty == 1.0
     assert args.average_span == 0.3
     assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
     assert (args.data_dir, args.output_dir) == ("data", "out")
@@ -61,7 +62,7 @@ def test_cpu_recipe_is_described_in_the_readme():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## BLEU", 1)[1].split("\n## ", 1)[0]
     assert "scripts/multi30k_cpu.sh" in section
-    assert "dropout\n0.3" in section or "dropout 0.3" in section
+    assert "dropout\n0.2" in section or "dropout 0.2" in section
     assert "last 10 checkpoints" in section
 
 
