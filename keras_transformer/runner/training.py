@@ -248,7 +248,8 @@ def _fit(model, folder: RunFolder, settings: RunSettings, config, train_data, va
         model, train_data, model_dir=folder.path, epochs=training.epochs, validation_data=valid_data,
         save_freq=training.save_freq or None, keep_checkpoints=max(config.checkpoint_average, training.average_last or 0),
         max_train_seconds=training.max_train_minutes * 60 if training.max_train_minutes else None,
-        cooldown_fraction=training.cooldown_fraction, verbose=verbose, callbacks=progress, validation_bleu=bleu, early_stopping=early,
+        cooldown_fraction=training.cooldown_fraction, verbose=verbose, callbacks=progress, validation_bleu=bleu,
+        early_stopping=early,
     )
     minutes = (time.monotonic() - start) / 60
     losses = history.history.get("loss") or [0.0]

@@ -1,7 +1,7 @@
 """Training (Section 5): schedule, optimizer, loss, strategy, precision, train step, compile and fit.
 
 * :mod:`~keras_transformer.training.schedule`, :mod:`~keras_transformer.training.optimizer`:
-  the learning-rate schedule (Eq. 3) and Adam (Section 5.3);
+  the learning-rate schedule (Eq. 3), its cooldown at the end of a time budget, and Adam (Section 5.3);
   :mod:`~keras_transformer.training.accumulation`: the schedule under gradient accumulation.
 * :mod:`~keras_transformer.training.losses`: the label-smoothed loss (Section 5.4).
 * :mod:`~keras_transformer.training.distribute`: the ``tf.distribute`` strategy and the
@@ -24,11 +24,12 @@ from keras_transformer.training.fixed_shapes import fixed_shape_batches
 from keras_transformer.training.losses import MaskedLabelSmoothedCrossEntropy, masked_accuracy, token_losses
 from keras_transformer.training.optimizer import FusedAdam
 from keras_transformer.training.precision import PRECISION_POLICIES, set_precision
-from keras_transformer.training.schedule import WarmupSchedule, paper_optimizer
+from keras_transformer.training.schedule import CooldownSchedule, WarmupSchedule, paper_optimizer
 from keras_transformer.training.train_step import install_train_step
 
 __all__ = [
     "PRECISION_POLICIES",
+    "CooldownSchedule",
     "FusedAdam",
     "MaskedLabelSmoothedCrossEntropy",
     "TimeBudget",

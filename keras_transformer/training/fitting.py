@@ -5,7 +5,7 @@
 checkpoints that survive a kill and are averaged at the end (Section 6.1;
 :mod:`keras_transformer.training.checkpoints`), the best model by validation
 loss (and by validation BLEU, :mod:`keras_transformer.training.validation`),
-``TerminateOnNaN``, TensorBoard logs and a wall-time budget
+``TerminateOnNaN``, TensorBoard logs and a wall-time budget, optionally ending in a learning-rate cooldown
 (:class:`TimeBudget`); re-running the same call resumes where it stopped.
 :func:`with_known_length` gives a dataset a known number of batches, so that
 Keras ends each epoch at its last batch.
