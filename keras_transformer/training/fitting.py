@@ -61,7 +61,8 @@ class TimeBudget(keras.callbacks.Callback):
         self.excluded = excluded
         self.cooldown_fraction = float(cooldown_fraction)
         self._start = None
-        self._factor = None
+        self._factor = None  # the CooldownSchedule's variable, found at the start of training
+        self._assigned = None  # its last value, so that the cooldown's wait costs no assign per batch
         self.stopped_early = False
 
     def spent(self) -> float:
@@ -89,13 +90,19 @@ class TimeBudget(keras.callbacks.Callback):
                     "compile_model(..., cooldown=True)"
                 )
             self._factor = schedule.factor
-        if self._factor is not None:
-            self._factor.assign(self.cooldown_factor(self.spent()))
+        self._cool(self.spent())
+
+    def _cool(self, spent: float) -> None:
+        if self._factor is None:
+            return
+        factor = self.cooldown_factor(spent)
+        if factor != self._assigned:
+            self._factor.assign(factor)
+            self._assigned = factor
 
     def on_train_batch_end(self, batch, logs=None):
         spent = self.spent()
-        if self._factor is not None:
-            self._factor.assign(self.cooldown_factor(spent))
+        self._cool(spent)
         if spent >= self.seconds:
             self.stopped_early = True
             self.model.stop_training = True
