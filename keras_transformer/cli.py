@@ -67,7 +67,8 @@ FLAGS = {
     "data.tfds": "--tfds", "data.tfds_data_dir": "--tfds-data-dir", "data.dataset": "--dataset",
     "data.source_lang": "--source-lang", "data.target_lang": "--target-lang", "data.on_error": "--on-error",
     "data.limit_train": "--limit-train", "data.limit_test": "--limit-test", "data.length_policy": "--length-policy",
-    "data.prepared_dir": "--prepared-dir", "data.shuffle_buffer_size": "--shuffle-buffer-size",
+    "data.prepared_dir": "--prepared-dir", "data.shuffle_buffer_size": "--shuffle-buffer-size", "data.subword_samples": "--subword-samples",
+    "data.subword_alpha": "--subword-alpha",
     "data.num_shards": "--num-shards", "data.processes": "--processes",
     "vocabulary.vocab_size": "--vocab-size", "vocabulary.sample_size": "--vocab-sample-size",
     "vocabulary.model": "--vocab",
@@ -132,6 +133,10 @@ def _positive_int(text: str) -> int:
 
 def _non_negative_int(text: str) -> int:
     return _number(text, int, lambda v: v >= 0, ">= 0")
+
+
+def _positive_float(text: str) -> float:
+    return _number(text, float, lambda v: v > 0, "> 0")
 
 
 def _span(text: str) -> float:
@@ -243,6 +248,8 @@ def _training_flags(flags: _Flags) -> None:
     flags.add_on_off("training.norm_first", text="pre-LayerNorm, x + Sublayer(LayerNorm(x)) (Xiong et al., 2020)",
                      off_help="the paper's post-LayerNorm (Section 3.1)")
     flags.add("data.length_policy")
+    flags.add("data.subword_samples", type=_non_negative_int)
+    flags.add("data.subword_alpha", type=_positive_float)
     for name, kind in (("epochs", int), ("max_train_minutes", float), ("cooldown_fraction", float),
                        ("learning_rate_scale", float),
                        ("gradient_accumulation_steps", int), ("save_freq", int), ("average_last", int),

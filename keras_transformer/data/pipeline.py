@@ -47,6 +47,7 @@ import tensorflow as tf
 from keras_transformer.data.epochs import EpochBatches, stateless_order
 from keras_transformer.data.placeholders import has_placeholder, mask_pairs
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
+from keras_transformer.settings import DEFAULT_SUBWORD_ALPHA
 
 __all__ = [
     "LengthReport",
@@ -84,6 +85,8 @@ class LengthReport:
         target_tokens: real target tokens kept (per target_out, EOS included).
         longest_source: longest source before the policy (tokens incl. EOS).
         longest_target: longest target before the policy (tokens incl. EOS).
+        segmentations: rows per pair given (1, or 1 + ``subword_samples``
+            of :func:`prepare_pairs`); ``pairs`` counts rows.
     """
 
     max_length: int
@@ -98,6 +101,7 @@ class LengthReport:
     target_tokens: int = 0
     longest_source: int = 0
     longest_target: int = 0
+    segmentations: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict."""
@@ -105,8 +109,9 @@ class LengthReport:
 
     def summary(self) -> str:
         """One line for logs."""
+        rows = f" ({self.pairs // self.segmentations} x {self.segmentations} segmentations)" if self.segmentations > 1 else ""
         return (
-            f"{self.pairs} pairs, {self.kept} kept, {self.dropped} dropped and {self.truncated} truncated "
+            f"{self.pairs} pairs{rows}, {self.kept} kept, {self.dropped} dropped and {self.truncated} truncated "
             f"(source {self.truncated_source}, target {self.truncated_target}) by max_length={self.max_length} "
             f"policy={self.length_policy!r}; longest source {self.longest_source}, target {self.longest_target} "
             f"tokens; {self.source_tokens} source + {self.target_tokens} target tokens"
@@ -144,6 +149,18 @@ def _tokenize_all(tokenizer: SubwordTokenizer, sentences: Sequence[str], chunk: 
     return np.concatenate(values).astype(np.int32), np.concatenate(lengths).astype(np.int64)
 
 
+def _add_samples(tokenizer, sentences, values, lengths, copies: int, alpha: float, seed: int, side: int):
+    """``(values, lengths)`` followed by ``copies`` sampled segmentations of ``sentences`` (flat int32, int64)."""
+    all_values, all_lengths = [values], [lengths]
+    for copy in range(1, copies + 1):
+        # One seed per (seed, copy, side), spread over sentencepiece's 32-bit seeds.
+        draw_seed = int(np.random.SeedSequence([int(seed), copy, side]).generate_state(1)[0])
+        ids = tokenizer.sample(sentences, alpha, draw_seed)
+        all_lengths.append(np.fromiter((len(row) for row in ids), np.int64, len(ids)))
+        all_values.append(np.fromiter((i for row in ids for i in row), np.int32, int(all_lengths[-1].sum())))
+    return np.concatenate(all_values), np.concatenate(all_lengths)
+
+
 def _with_eos(values: np.ndarray, lengths: np.ndarray, keep_rows: np.ndarray, limit: int) -> tf.RaggedTensor:
     """Rows ``keep_rows`` cut to ``limit`` pieces, each followed by EOS: ``[K, None]`` int32."""
     ragged = tf.RaggedTensor.from_row_lengths(tf.constant(values, tf.int32), tf.constant(lengths, tf.int64))
@@ -159,6 +176,9 @@ def prepare_pairs(
     max_length: int,
     length_policy: str = "drop",
     tokenize_batch_size: int = 8192,
+    subword_samples: int = 0,
+    subword_alpha: float = DEFAULT_SUBWORD_ALPHA,
+    seed: int = 0,
 ) -> PreparedPairs:
     """Tokenizes all pairs once and applies the ``max_length`` policy.
 
@@ -166,6 +186,18 @@ def prepare_pairs(
     pieces is built by :func:`make_dataset`). With ``"truncate"`` a side
     longer than ``max_length`` keeps its first ``max_length - 1`` pieces and
     then EOS, so EOS is always the last real token.
+
+    Subword regularization (Kudo, 2018; not in the Transformer paper): with
+    ``subword_samples`` = k > 0 the result holds every pair ``1 + k`` times,
+    first in the best segmentation (rows ``0 .. N-1``, exactly the result
+    with ``k = 0``), then in k segmentations drawn from the unigram model
+    (:meth:`SubwordTokenizer.sample`, both sides, copy ``c`` drawn with a
+    seed made of ``(seed, c)``). An epoch over the result then covers the
+    data ``1 + k`` times, each time in other pieces, which regularizes a model
+    trained on little data. The draws are fixed when the pairs are prepared,
+    so every epoch's batches stay a function of ``(seed, epoch)`` (exact
+    resumption). The length policy applies to each row; the report counts
+    rows.
 
     Args:
         sources: source sentences (``str``).
@@ -175,14 +207,20 @@ def prepare_pairs(
             (``TransformerConfig.max_length``).
         length_policy: ``"drop"`` (remove the pair) or ``"truncate"``.
         tokenize_batch_size: sentences per tokenizer call.
+        subword_samples: sampled segmentations of each pair added to its
+            best one (0: none).
+        subword_alpha: the sampling exponent (:meth:`SubwordTokenizer.sample`).
+        seed: seed of the sampled segmentations.
 
     Returns:
-        :class:`PreparedPairs` (ragged ``int32`` ids) with an exact
+        :class:`PreparedPairs` (ragged ``int32`` ids, ``(1 +
+        subword_samples) * N`` rows before the policy) with an exact
         :class:`LengthReport`.
 
     Raises:
         ValueError: for unequal numbers of sources and targets, an unknown
-            ``length_policy``, or ``max_length < 2``.
+            ``length_policy``, ``max_length < 2``, a negative
+            ``subword_samples`` or ``subword_alpha <= 0`` with samples.
     """
     if len(sources) != len(targets):
         raise ValueError(f"prepare_pairs: {len(sources)} sources but {len(targets)} targets")
@@ -190,15 +228,25 @@ def prepare_pairs(
         raise ValueError(f"length_policy must be one of {LENGTH_POLICIES}, got {length_policy!r}")
     if not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"max_length must be an integer >= 2 (one piece + EOS), got {max_length!r}")
+    if isinstance(subword_samples, bool) or not isinstance(subword_samples, int) or subword_samples < 0:
+        raise ValueError(f"subword_samples must be an integer >= 0, got {subword_samples!r}")
+    if subword_samples and not subword_alpha > 0:
+        raise ValueError(f"subword_alpha must be > 0, got {subword_alpha!r}")
     if has_placeholder(tokenizer):  # numbers and addresses both sides share become placeholders
         sources, targets = mask_pairs(sources, targets)
     src_values, src_lengths = _tokenize_all(tokenizer, sources, tokenize_batch_size)
     tgt_values, tgt_lengths = _tokenize_all(tokenizer, targets, tokenize_batch_size)
+    if subword_samples:
+        src_values, src_lengths = _add_samples(tokenizer, sources, src_values, src_lengths, subword_samples,
+                                               subword_alpha, seed, side=0)
+        tgt_values, tgt_lengths = _add_samples(tokenizer, targets, tgt_values, tgt_lengths, subword_samples,
+                                               subword_alpha, seed, side=1)
     limit = max_length - 1  # pieces that fit next to EOS (or BOS for target_in)
     src_long = src_lengths > limit
     tgt_long = tgt_lengths > limit
-    n = len(sources)
-    report = LengthReport(max_length=max_length, length_policy=length_policy, pairs=n)
+    n = len(src_lengths)
+    report = LengthReport(max_length=max_length, length_policy=length_policy, pairs=n,
+                          segmentations=1 + subword_samples)
     if n:
         report.longest_source = int(src_lengths.max()) + 1
         report.longest_target = int(tgt_lengths.max()) + 1

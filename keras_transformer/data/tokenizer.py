@@ -55,7 +55,7 @@ import json
 import os
 import random
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Union
 
 import numpy as np
@@ -605,6 +605,43 @@ class SubwordTokenizer(tf.Module):
     def encode(self, sentences: list[str]) -> list[list[int]]:
         """Python lists: sentences -> ids without BOS/EOS (same ids as :meth:`tokenize`)."""
         return self._processor.encode(list(sentences))
+
+    def sample(self, sentences: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+        """Python lists: one segmentation of each sentence drawn from the unigram model (subword regularization).
+
+        Kudo (2018), "Subword Regularization", Section 3: a segmentation is
+        drawn with probability ``P(x)^alpha / Z`` over all segmentations of
+        the sentence (SentencePiece's forward-filtering backward-sampling,
+        ``nbest_size=-1``). Smaller ``alpha`` spreads the draws (0 is
+        uniform); large ``alpha`` approaches :meth:`encode`'s best
+        segmentation. Every draw detokenizes to the same text as
+        :meth:`encode`'s. Not in the Transformer paper; training data only
+        (inference always uses the best segmentation).
+
+        The draws are a function of ``(sentences, alpha, seed)`` only: one
+        thread, SentencePiece's generator seeded with ``seed``. A BPE model
+        has no segmentation probabilities: SentencePiece then applies
+        BPE-dropout with probability ``alpha``.
+
+        Args:
+            sentences: ``str`` sentences.
+            alpha: the smoothing exponent, a float > 0.
+            seed: int >= 0.
+
+        Returns:
+            ``list[list[int]]``: ids without BOS/EOS, one list per sentence.
+
+        Raises:
+            ValueError: for ``alpha <= 0`` or a negative ``seed``.
+        """
+        if not alpha > 0:
+            raise ValueError(f"SubwordTokenizer.sample: alpha must be > 0, got {alpha!r}")
+        if seed < 0:
+            raise ValueError(f"SubwordTokenizer.sample: seed must be >= 0, got {seed!r}")
+        # The generator is process-global in sentencepiece; one thread keeps the draws in a fixed order.
+        spm.set_random_generator_seed(int(seed))
+        return self._processor.encode(list(sentences), out_type=int, enable_sampling=True, alpha=float(alpha),
+                                      nbest_size=-1, num_threads=1)
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Python lists: ids -> sentences, with :meth:`detokenize`'s rules."""

@@ -138,8 +138,13 @@ def _datasets(settings: RunSettings, data: _Data, tokenizer, config, strategy, j
             f"{len(prepared.files('train'))} shards (batches of <= {train.batching.batch_tokens} tokens per replica)")
         return train, valid
     corpus = data.corpus
-    pairs = prepare_pairs(corpus.train.sources, corpus.train.targets, tokenizer, config.max_length, policy)
+    samples = settings.data.subword_samples
+    pairs = prepare_pairs(corpus.train.sources, corpus.train.targets, tokenizer, config.max_length, policy,
+                          subword_samples=samples, subword_alpha=settings.data.subword_alpha, seed=seed)
     log(f"      train: {pairs.report.summary()}")
+    if samples:
+        log(f"      subword regularization (Kudo, 2018): each pair in its best segmentation and {samples} drawn with "
+            f"alpha {settings.data.subword_alpha:g}; an epoch covers the data {1 + samples} times")
     # In memory (Multi30k's size): reshuffled at every epoch by tf.data.
     train = make_dataset(pairs, shuffle=True, seed=seed, **batching)
     valid = None
