@@ -136,6 +136,13 @@ def test_settings_name_their_fields_and_render_as_the_caller_wants():
     with pytest.raises(RunError, match=r"training.cooldown_fraction must be in \[0, 1\], got 1.5"):
         TrainingSettings(cooldown_fraction=1.5, max_train_minutes=10).check()
     TrainingSettings(cooldown_fraction=0.3, max_train_minutes=10).check()
+    with pytest.raises(RunError, match="data.subword_samples must be an integer >= 0, got -1"):
+        DataSettings(subword_samples=-1).check()
+    with pytest.raises(RunError, match="data.subword_alpha must be > 0, got 0"):
+        DataSettings(subword_samples=2, subword_alpha=0).check()
+    with pytest.raises(RunError, match="data.subword_samples needs in-memory training data"):
+        DataSettings(subword_samples=2, prepared_dir="prepared").check()
+    DataSettings(subword_samples=2).check()
     with pytest.raises(RunError, match="unknown preset 'huge'"):
         TrainingSettings(preset="huge").check()
     assert render("{argument.n_best} and {data.tsv}") == "n_best and data.tsv"

@@ -75,7 +75,7 @@ class LengthReport:
     Attributes:
         max_length: longest kept sequence in tokens (EOS / BOS included).
         length_policy: ``"drop"`` or ``"truncate"``.
-        pairs: pairs given.
+        pairs: pairs given (times ``segmentations``: rows before the policy).
         kept: pairs in the result.
         dropped: pairs removed because a side was longer than ``max_length``.
         truncated: pairs with at least one side truncated.

@@ -189,6 +189,10 @@ def test_bad_arguments(val_prepared, tokenizer):
         prepare_pairs(["a"], ["c"], tokenizer, max_length=8, length_policy="cut")
     with pytest.raises(ValueError, match="max_length"):
         prepare_pairs(["a"], ["c"], tokenizer, max_length=1)
+    with pytest.raises(ValueError, match="subword_samples must be an integer >= 0, got -1"):
+        prepare_pairs(["a"], ["c"], tokenizer, max_length=8, subword_samples=-1)
+    with pytest.raises(ValueError, match="subword_alpha must be > 0, got 0"):
+        prepare_pairs(["a"], ["c"], tokenizer, max_length=8, subword_samples=1, subword_alpha=0)
 
 
 def _reference_dataset(prepared, batch_tokens=None, batch_size=None, seed=0, shuffle=True, drop_remainder=False,
@@ -367,3 +371,33 @@ def test_prepare_gives_whitespace_variants_the_ids_of_the_plain_form(tokenizer, 
     assert written.source_ids.to_list() == plain.source_ids.to_list()
     assert written.target_ids.to_list() == plain.target_ids.to_list()
     assert written.report.to_dict() == plain.report.to_dict()
+
+
+def test_subword_samples_follow_the_best_segmentation_and_are_seeded(tokenizer, multi30k_val):
+    en, de = (side[:100] for side in multi30k_val)
+    n = len(en)
+    plain = prepare_pairs(en, de, tokenizer, max_length=200)
+    sampled = prepare_pairs(en, de, tokenizer, max_length=200, subword_samples=2, subword_alpha=0.4, seed=3)
+    report = sampled.report
+    assert len(sampled) == report.pairs == report.kept == 3 * n and report.segmentations == 3
+    assert "300 pairs (100 x 3 segmentations)" in report.summary()
+    for ids, plain_ids in ((sampled.source_ids, plain.source_ids), (sampled.target_ids, plain.target_ids)):
+        rows = ids.to_list()
+        assert rows[:n] == plain_ids.to_list()  # the best segmentation first, as without samples
+        copies = [rows[c * n:(c + 1) * n] for c in range(3)]
+        assert copies[1] != copies[0] and copies[2] != copies[1] and copies[2] != copies[0]
+        for copy in copies[1:]:
+            assert all(row[-1] == EOS and EOS not in row[:-1] for row in copy)
+            assert tokenizer.decode(copy) == tokenizer.decode(copies[0])  # the same sentences
+    assert report.source_tokens == sum(len(row) for row in sampled.source_ids.to_list())
+    target_tokens = sum(len(row) for row in sampled.target_ids.to_list())
+    assert report.target_tokens == target_tokens > 3 * plain.report.target_tokens  # drawn pieces are shorter on average
+    again = prepare_pairs(en, de, tokenizer, max_length=200, subword_samples=2, subword_alpha=0.4, seed=3)
+    assert again.target_ids.to_list() == sampled.target_ids.to_list()
+    other = prepare_pairs(en, de, tokenizer, max_length=200, subword_samples=2, subword_alpha=0.4, seed=4)
+    assert other.target_ids.to_list()[:n] == sampled.target_ids.to_list()[:n]
+    assert other.target_ids.to_list()[n:] != sampled.target_ids.to_list()[n:]
+    # An epoch holds every row once.
+    batches = make_dataset(sampled, batch_tokens=512, shuffle=True, seed=0)
+    assert sorted(_epoch_pairs(batches)) == sorted(zip(map(tuple, sampled.source_ids.to_list()),
+                                                       map(tuple, sampled.target_ids.to_list())))

@@ -217,3 +217,26 @@ def test_mistyped_paths_are_an_error_not_training_text(tmp_path):
         train_sentencepiece(["corpus.en.gz", "corpus.de.gz"], str(tmp_path / "spm"), vocab_size=100)
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         train_sentencepiece(str(tmp_path / "missing.txt"), str(tmp_path / "spm"), vocab_size=100)
+
+
+def test_sampled_segmentations_are_seeded_and_detokenize_to_the_sentence(tokenizer, multi30k_val):
+    en, de = multi30k_val
+    lines = en[:200] + de[:200]
+    best = tokenizer.encode(lines)
+    draws = tokenizer.sample(lines, alpha=0.4, seed=7)
+    assert draws == tokenizer.sample(lines, alpha=0.4, seed=7)  # a function of the seed
+    assert draws != tokenizer.sample(lines, alpha=0.4, seed=8)
+    changed = sum(d != b for d, b in zip(draws, best))
+    assert 0 < changed < len(lines)
+    assert tokenizer.decode(draws) == tokenizer.decode(best)  # other pieces, the same text
+    # Smaller alpha spreads the draws: more sentences leave the best segmentation, in more pieces.
+    spread = tokenizer.sample(lines, alpha=0.1, seed=7)
+    assert sum(d != b for d, b in zip(spread, best)) > changed
+    assert sum(map(len, spread)) > sum(map(len, draws)) > sum(map(len, best))
+    # A large alpha concentrates them on the best segmentation.
+    sharp = tokenizer.sample(lines, alpha=20.0, seed=7)
+    assert sum(d == b for d, b in zip(sharp, best)) >= 0.95 * len(lines)
+    with pytest.raises(ValueError, match="alpha must be > 0, got 0"):
+        tokenizer.sample(lines, alpha=0, seed=1)
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        tokenizer.sample(lines, alpha=0.4, seed=-1)
