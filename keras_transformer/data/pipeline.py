@@ -195,8 +195,10 @@ def prepare_pairs(
     seed made of ``(seed, c)``). An epoch over the result then covers the
     data ``1 + k`` times, each time in other pieces, which regularizes a model
     trained on little data. The draws are fixed when the pairs are prepared,
-    so every epoch's batches stay a function of ``(seed, epoch)`` (exact
-    resumption). The length policy applies to each row; the report counts
+    so within one process every epoch's batches stay a function of
+    ``(seed, epoch)``; another process (a resumed run) draws other
+    segmentations (:meth:`SubwordTokenizer.sample`), so resumption is not
+    exact with samples. The length policy applies to each row; the report counts
     rows.
 
     Args:

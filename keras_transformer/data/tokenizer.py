@@ -618,8 +618,11 @@ class SubwordTokenizer(tf.Module):
         :meth:`encode`'s. Not in the Transformer paper; training data only
         (inference always uses the best segmentation).
 
-        The draws are a function of ``(sentences, alpha, seed)`` only: one
-        thread, SentencePiece's generator seeded with ``seed``. A BPE model
+        Within one process the draws are a function of ``(sentences, alpha,
+        seed)``: one thread, SentencePiece's generator seeded with ``seed``.
+        Across processes they are not: with sentencepiece 0.2.x the same
+        model, sentences and seed give other draws in another process
+        (measured; the cause is inside sentencepiece). A BPE model
         has no segmentation probabilities: SentencePiece then applies
         BPE-dropout with probability ``alpha``.
 
