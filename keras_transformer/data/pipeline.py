@@ -109,7 +109,9 @@ class LengthReport:
 
     def summary(self) -> str:
         """One line for logs."""
-        rows = f" ({self.pairs // self.segmentations} x {self.segmentations} segmentations)" if self.segmentations > 1 else ""
+        rows = ""
+        if self.segmentations > 1:
+            rows = f" ({self.pairs // self.segmentations} x {self.segmentations} segmentations)"
         return (
             f"{self.pairs} pairs{rows}, {self.kept} kept, {self.dropped} dropped and {self.truncated} truncated "
             f"(source {self.truncated_source}, target {self.truncated_target}) by max_length={self.max_length} "
@@ -198,8 +200,8 @@ def prepare_pairs(
     so within one process every epoch's batches stay a function of
     ``(seed, epoch)``; another process (a resumed run) draws other
     segmentations (:meth:`SubwordTokenizer.sample`), so resumption is not
-    exact with samples. The length policy applies to each row; the report counts
-    rows.
+    exact with samples. The length policy applies to each row; the report
+    counts rows.
 
     Args:
         sources: source sentences (``str``).
