@@ -7,11 +7,13 @@
 # fastest (--precision auto: bfloat16 with AVX512_BF16/AMX, float32 otherwise), 57 minutes of
 # training, the average of the last 10 checkpoints within the last 30% of the steps
 # (Section 6.1), beam 4, alpha 1.0, and subword regularization (Kudo, 2018): each training pair
-# in its best segmentation and 4 drawn from the unigram vocabulary (alpha 0.4), so that an
-# "epoch" is 5 passes of the data, and a checkpoint every 135 updates (one pass) to average.
+# in its best segmentation and 8 drawn from the unigram vocabulary (alpha 0.4), so that an
+# "epoch" is 9 passes of the data, and a checkpoint every 135 updates (about one pass) to average.
 # Subword regularization was chosen on the validation set (all 1,014 sentences, beam 4, alpha
-# 1.0): 41.14 (6,492 updates, an AMD EPYC with AVX512_BF16) against 39.44 and 39.82 for two seeds
-# without it (5,508 and 5,467 updates, an AVX2-only AMD EPYC). README "Results".
+# 1.0): 41.14 with 4 samples (6,492 updates, an AMD EPYC with AVX512_BF16) against 39.44 and 39.82
+# for two seeds without it (5,508 and 5,467 updates, an AVX2-only AMD EPYC); then 8 samples against
+# 4 and 16 on that AVX512_BF16 machine type: 41.42 (7,559 updates) against 41.14 and 41.33 (7,077).
+# README "Results".
 # It replaced the `small` preset (3+3 layers, d_model 256, 2k-token batches), which it beat on
 # the validation set (all 1,014 sentences, beam 4): in the hour on an AVX2-only AMD EPYC
 # (float32), 38.58 against 36.76 (an earlier session); in 19 minutes on an AMD EPYC with
@@ -27,4 +29,4 @@ OUT="${2:-runs/multi30k-cpu60}"
 keras-transformer run --data-dir "$DATA_DIR" --output-dir "$OUT" \
     --preset compact --batch-tokens 4096 --dropout-rate 0.2 --precision auto \
     --epochs 200 --max-train-minutes 57 --save-freq 135 --average-last 10 --average-span 0.3 \
-    --subword-samples 4 --subword-alpha 0.4 --beam-size 4 --length-penalty 1.0 --num-examples 5
+    --subword-samples 8 --subword-alpha 0.4 --beam-size 4 --length-penalty 1.0 --num-examples 5

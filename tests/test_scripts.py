@@ -26,8 +26,8 @@ def test_cpu_recipe_command_parses_to_the_documented_settings():
     assert args.length_penalty == 1.0
     assert args.average_span == 0.3
     assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
-    # Subword regularization: 1 + 4 segmentations, a checkpoint per pass of Multi30k's 4k-token batches.
-    assert (args.subword_samples, args.subword_alpha, args.save_freq) == (4, 0.4, 135)
+    # Subword regularization: 1 + 8 segmentations, a checkpoint about every pass of Multi30k's 4k-token batches.
+    assert (args.subword_samples, args.subword_alpha, args.save_freq) == (8, 0.4, 135)
     assert (args.data_dir, args.output_dir) == ("data", "out")
 
 
@@ -66,7 +66,7 @@ def test_cpu_recipe_is_described_in_the_readme():
     assert "scripts/multi30k_cpu.sh" in section
     assert "dropout\n0.2" in section or "dropout 0.2" in section
     assert "last 10 checkpoints" in section
-    assert "--subword-samples 4" in section
+    assert "--subword-samples 8" in section
 
 
 def test_compact_preset_is_the_recipes_architecture():
