@@ -124,3 +124,25 @@ def test_gradient_in_the_logits_dtype_and_under_tf_function():
     assert half.dtype == tf.bfloat16
     np.testing.assert_allclose(tf.cast(half, tf.float32).numpy(), full, atol=2e-3)
     np.testing.assert_allclose(full, reference_gradient(y.numpy(), base.astype(np.float32), 0.1), atol=1e-6)
+
+
+def test_token_losses_gradient_with_any_upstream_and_large_logits():
+    """d(sum_t w_t loss_t)/dz_t = w_t (softmax(z_t) - q'_t) for weights of either sign, and logits in the hundreds."""
+    rng = np.random.default_rng(5)
+    y = tf.constant([[2, 0, 5], [1, 4, 3]], tf.int32)
+    logits = tf.constant(rng.normal(size=(2, 3, 6)).astype(np.float32) * 300)
+    weights = tf.constant([[0.5, -2.0, 1.5], [0.0, 3.0, -0.25]], tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        losses = token_losses(y, logits, 0.1)
+        weighted = tf.reduce_sum(losses * weights)
+    got = tape.gradient(weighted, logits).numpy()
+    z = logits.numpy().astype(np.float64)
+    p = np.exp(log_softmax(z))
+    q = np.full(z.shape, 0.1 / 6)
+    for b in range(2):
+        for t in range(3):
+            q[b, t, y.numpy()[b, t]] += 0.9
+    np.testing.assert_allclose(got, weights.numpy()[..., None] * (p - q), rtol=1e-5, atol=1e-6)
+    want_losses = -(q * log_softmax(z)).sum(-1)
+    np.testing.assert_allclose(losses.numpy(), want_losses, rtol=1e-5)
