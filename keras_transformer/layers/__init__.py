@@ -7,6 +7,7 @@ from keras_transformer.layers.attention import (
     scaled_dot_product_attention,
 )
 from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.positional_embedding import PositionalEmbedding, sinusoidal_encoding
@@ -21,4 +22,5 @@ __all__ = [
     "FeedForward",
     "EncoderLayer",
     "DecoderLayer",
+    "Dropout",
 ]

@@ -21,6 +21,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
+
 __all__ = ["MASK_VALUE", "attention_weights", "mask_to_bias", "scaled_dot_product_attention", "MultiHeadAttention"]
 
 #: Score given to masked (query, key) pairs, in float32.
@@ -278,7 +280,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense = projection("key")
         self.value_dense = projection("value")
         self.output_dense = projection("output")
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
+        self.dropout = Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         in_shape = (None, None, self.d_model)

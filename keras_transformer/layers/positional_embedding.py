@@ -8,6 +8,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
+
 __all__ = ["sinusoidal_encoding", "PositionalEmbedding"]
 
 
@@ -131,7 +133,7 @@ class PositionalEmbedding(keras.layers.Layer):
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(stddev=d_model**-0.5)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
+        self.dropout = Dropout(dropout_rate, dtype=self.dtype_policy, name="dropout")
         self.supports_masking = mask_zero
 
     def build(self, input_shape=None):

@@ -19,6 +19,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
+
 __all__ = ["ResidualLayer", "layer_norm_rows", "residual"]
 
 
@@ -151,7 +153,7 @@ class ResidualLayer(keras.layers.Layer):
             norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=policy, name=f"{name}_norm")
             setattr(self, f"{name}_norm", norm)
         for name in self._sublayer_names:
-            setattr(self, f"{name}_dropout", keras.layers.Dropout(dropout_rate, dtype=policy, name=f"{name}_dropout"))
+            setattr(self, f"{name}_dropout", Dropout(dropout_rate, dtype=policy, name=f"{name}_dropout"))
 
     def _create_sublayers(self):
         """Creates the sub-layers of ``_sublayer_names`` as attributes, in that order."""
