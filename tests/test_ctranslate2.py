@@ -284,11 +284,18 @@ def test_int8_export_translates(models, tokenizer, valid, tmp_path):
     quantized = CTranslate2Translator(int8, intra_threads=1)(sources)
     full = CTranslate2Translator(path, intra_threads=1)(sources)
     assert len(quantized) == 100 and all(quantized)
-    # Sane: mostly the float32 model's translations (chrF against them as references). This tiny model's
-    # near-ties make int8 rounding flip words, after which a sentence goes its own way, hence 100 sentences.
+    # Sane. This barely trained model's near-ties make int8 rounding flip words, after which a sentence goes
+    # its own way (chrF of int8 against float32 translations moved from 40 to 31 with float32 rounding changes
+    # in training), hence relative checks over 100 sentences: int8 follows the float32 translation of each
+    # sentence far more than that of its neighbour, and scores about as well against the references.
     agreement = score_corpus(quantized, full).chrf
-    print(f"chrF of int8 against float32 translations: {agreement:.1f}")
-    assert agreement > 40
+    neighbour = score_corpus(quantized, full[1:] + full[:1]).chrf
+    references = valid[1][:100]
+    int8_chrf, full_chrf = score_corpus(quantized, references).chrf, score_corpus(full, references).chrf
+    print(f"chrF of int8 against float32 translations: {agreement:.1f} (shifted by one sentence: {neighbour:.1f}); "
+          f"against the references: int8 {int8_chrf:.1f}, float32 {full_chrf:.1f}")
+    assert agreement > neighbour + 5
+    assert int8_chrf > full_chrf - 5
 
 
 def test_bad_input(models, tokenizer, valid):
