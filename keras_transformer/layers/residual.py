@@ -67,7 +67,7 @@ def residual(x, sublayer, norm, dropout, *, norm_first, training):
             ``(y, extras)``: ``y`` shaped like ``x``, ``extras`` anything the
             caller wants back (attention weights, a cache) or None.
         norm: the sub-layer's built ``keras.layers.LayerNormalization``.
-        dropout: the sub-layer's ``keras.layers.Dropout`` (rate P_drop).
+        dropout: the sub-layer's :class:`keras_transformer.layers.Dropout` (rate P_drop).
         norm_first: bool, pre-LN instead of post-LN.
         training: bool, dropout only when True.
 

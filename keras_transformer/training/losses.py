@@ -52,10 +52,10 @@ def _smoothed_cross_entropy(logits, target_ids, eps: float):
     Automatic differentiation of the same formula keeps a float32 copy of the
     logits, the fused op's ``softmax - one_hot`` and a broadcast of the
     mean's gradient alive at once (0.6 GB each with the ``base`` preset's
-    37,000-piece vocabulary and 4,096-token batches). Speed: 0.70x the time
-    of recomputing the softmax in the backward pass (the previous version)
-    for ``[4096, 8000]`` bfloat16 logits on a 2-core CPU, about 5% of a
-    ``compact`` training step (``scripts/bench/train_efficiency.py``).
+    37,000-piece vocabulary and 4,096-token batches). Speed: 0.47x Keras'
+    label-smoothed ``CategoricalCrossentropy`` for ``[4096, 8000]`` bfloat16
+    logits, forward and backward, on a 2-core CPU
+    (``scripts/bench/train_elementwise.py``).
     """
     vocab_size = tf.shape(logits)[-1]
     logits_dtype = logits.dtype
