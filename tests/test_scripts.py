@@ -42,10 +42,26 @@ def _ensemble_arguments(member="0"):
 def test_ensemble_recipe_member_command_parses_to_the_documented_settings():
     args = build_parser().parse_args(_ensemble_arguments())
     assert args.command == "run"
-    assert (args.preset, args.dropout_rate, args.precision) == ("compact", 0.3, "auto")
-    assert (args.save_freq, args.average_span) == (0, 0.3)
-    assert (args.max_train_minutes, args.average_last, args.beam_size) == (57, 10, 4)
     assert (args.data_dir, args.output_dir) == ("data", "out/model0")
+    # Each member trains with the CPU recipe's settings (seed 0 is the recipe's): only the folder, the seed
+    # and the printed examples differ.
+    recipe = vars(build_parser().parse_args(_run_arguments("multi30k_cpu.sh")))
+    for name, expected in (("0", {"output_dir", "num_examples"}), ("1", {"output_dir", "num_examples", "seed"})):
+        member = vars(build_parser().parse_args(_ensemble_arguments(name)))
+        assert {key for key in recipe if recipe[key] != member[key]} == expected
+        assert (member["seed"], member["num_examples"]) == (int(name), 0)
+
+
+def test_ensemble_recipe_decodes_and_exports_with_the_recipes_search():
+    """The ensemble's validation, test2016 and export commands parse, with beam 4 and alpha 1.0 as the members."""
+    text = _ensemble_text().replace("\\\n", " ")
+    commands = re.findall(r"keras-transformer ((?:evaluate|export) --model-dir \$M[^\n]*)", text)
+    assert len(commands) == 3
+    for command in commands:
+        command = command.split(" |")[0].replace("$M", "out/model0 out/model1").replace("$OUT", "out")
+        args = build_parser().parse_args(shlex.split(command.replace("$DATA_DIR", "data")))
+        assert (args.beam_size, args.length_penalty) == (4, 1.0)
+        assert args.model_dir == ["out/model0", "out/model1"]
 
 
 def test_ensemble_recipe_trains_two_members_with_different_seeds_and_ensembles_them():
