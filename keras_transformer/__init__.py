@@ -16,6 +16,8 @@ Where each part of the paper lives:
 * Section 5.3-5.4, optimizer, schedule and loss: :mod:`keras_transformer.training`.
 * Section 6.1, beam search and export: :mod:`keras_transformer.decoding`,
   :mod:`keras_transformer.export`.
+* Loading a saved ``.keras`` file in a new process: :func:`load_model`
+  (:mod:`keras_transformer.saving`).
 """
 
 import os as _os
@@ -61,6 +63,7 @@ _EXPORTS = {
     "Encoder": "keras_transformer.model",
     "Decoder": "keras_transformer.model",
     "Transformer": "keras_transformer.model",
+    "load_model": "keras_transformer.saving",
     "MaskedLabelSmoothedCrossEntropy": "keras_transformer.training",
     "WarmupSchedule": "keras_transformer.training",
     "paper_optimizer": "keras_transformer.training",

@@ -307,8 +307,8 @@ class RunFolder:
         """
         import keras
 
-        import keras_transformer.model  # noqa: F401  (registers the Keras classes that load_model looks up)
         from keras_transformer.data.tokenizer import SubwordTokenizer
+        from keras_transformer.saving import load_model
 
         if not self.path.is_dir():
             raise RunError(f"model folder not found: {self.path}")
@@ -321,7 +321,7 @@ class RunFolder:
         if record.vocab_sha256 is not None:
             tokenizer.check_vocabulary(record.vocab_sha256)
         try:
-            model = keras.saving.load_model(self.model_path, compile=False)
+            model = load_model(self.model_path, compile=False)
         except Exception as error:  # Keras raises many kinds (ValueError, TypeError, KeyError, OSError)
             writer = record.written_by or "keras_transformer 0.1"
             raise RunError(f"{self.model_path} (written by {writer}) cannot be loaded by this keras_transformer "

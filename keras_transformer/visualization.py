@@ -186,14 +186,9 @@ def _check_positive_int(name: str, value: Any) -> None:
 
 
 def _load_model(path: _PathLike):
-    import keras
+    from keras_transformer.saving import load_model
 
-    import keras_transformer.model  # noqa: F401  (registers the serializable classes)
-
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Keras model file not found: {path}")
-    return keras.saving.load_model(path, compile=False)
+    return load_model(path, compile=False)
 
 
 def _load_tokenizer(path: _PathLike):
