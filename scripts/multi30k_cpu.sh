@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi30k English->German on a 2-core CPU within a 60-minute training budget (issues 7 and 25).
 # The `compact` preset (Transformer-Tiny's size: pre-LN, 4+4 layers, d_model 128, dff 256,
-# 4 heads; Eq. 3 at 1.25x its rate, 400 warmup steps: a peak of 5.5e-3) with ~4k-token batches (1.45x the tokens per
+# 4 heads; Eq. 3 at full rate, 400 warmup steps) with ~4k-token batches (1.45x the tokens per
 # second of the preset's 2k on a 2-core AMD EPYC with AVX512_BF16), the shared 8k SentencePiece
 # vocabulary, three-way tying, label smoothing 0.1, dropout 0.2, the precision the CPU runs
 # fastest (--precision auto: bfloat16 with AVX512_BF16/AMX, float32 otherwise), 57 minutes of
@@ -20,16 +20,13 @@
 # AVX512_BF16, 35.00 against 33.70. Dropout 0.2 and alpha 1.0 were chosen on the validation set
 # with `compact` in the hour on the AVX2-only EPYC: 39.44 and 39.82 (two seeds) against dropout
 # 0.3's 38.79 (alpha 1.0) and 38.58 (alpha 0.6); dropout 0.1: see the README. 10 checkpoints and
-# the 30% were chosen on the validation set with `small`. The learning rate (1.25x Eq. 3) was
-# chosen on the validation set in the hour on an AMD EPYC with AVX512_BF16: 41.47 and 41.72 (two
-# seeds) against 41.42, 41.11 and 40.96 for Eq. 3's own rate, 41.48 for 1.5x, 40.69 for 0.75x.
-# README "Results".
+# the 30% were chosen on the validation set with `small`. README "Results".
 # Usage: scripts/multi30k_cpu.sh [DATA_DIR] [OUTPUT_DIR]
 set -euo pipefail
 command -v keras-transformer >/dev/null || { echo "keras-transformer not found: activate the virtual environment (pip install -e .) first" >&2; exit 2; }
 DATA_DIR="${1:-${KERAS_TRANSFORMER_DATA:-../shared/data}}"
 OUT="${2:-runs/multi30k-cpu60}"
 keras-transformer run --data-dir "$DATA_DIR" --output-dir "$OUT" \
-    --preset compact --learning-rate-scale 1.25 --batch-tokens 4096 --dropout-rate 0.2 --precision auto \
+    --preset compact --batch-tokens 4096 --dropout-rate 0.2 --precision auto \
     --epochs 200 --max-train-minutes 57 --save-freq 135 --average-last 10 --average-span 0.3 \
     --subword-samples 8 --subword-alpha 0.4 --beam-size 4 --length-penalty 1.0 --num-examples 5

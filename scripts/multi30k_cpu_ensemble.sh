@@ -45,7 +45,7 @@ pids=()
 for member in 0 1; do
     echo "member $member: $(pin $member) keras-transformer run ... --seed $member; log: $OUT/model$member.log"
     $(pin $member) keras-transformer run --data-dir "$DATA_DIR" --output-dir "$OUT/model$member" \
-        --preset compact --learning-rate-scale 1.25 --batch-tokens 4096 --dropout-rate 0.2 --precision auto --seed "$member" \
+        --preset compact --batch-tokens 4096 --dropout-rate 0.2 --precision auto --seed "$member" \
         --epochs 200 --max-train-minutes 57 --save-freq 135 --average-last 10 --average-span 0.3 \
         --subword-samples 8 --subword-alpha 0.4 --beam-size 4 --length-penalty 1.0 --num-examples 0 "$@" > "$OUT/model$member.log" 2>&1 &
     pids+=($!)
