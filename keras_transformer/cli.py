@@ -95,6 +95,7 @@ FLAGS = {
     "decoding.sampling_topp": "--sampling-topp", "decoding.sampling_temperature": "--sampling-temperature",
     "decoding.seed": "--seed", "decoding.no_repeat_ngram_size": "--no-repeat-ngram-size",
     "decoding.repetition_penalty": "--repetition-penalty", "decoding.placeholders": "--no-placeholders",
+    "decoding.mbr_candidates": "--mbr-candidates", "decoding.mbr_metric": "--mbr-metric",
     "export.format": "--format", "export.version": "--version", "export.quantization": "--quantization",
     "export.xla": "--xla", "export.xla_max_rows": "--xla-max-rows", "export.sampling": "--sampling",
     "export.overwrite": "--overwrite", "decoding.ensemble": "--model-dir",
@@ -277,6 +278,12 @@ def _beam_flags(flags: _Flags, early_stopping: bool = True) -> None:
         flags.add("decoding.early_stopping", negate=True)
 
 
+def _mbr_flags(flags: _Flags) -> None:
+    """Minimum Bayes risk selection from beam search's best hypotheses."""
+    flags.add("decoding.mbr_candidates", type=_non_negative_int, metavar="N")
+    flags.add("decoding.mbr_metric")
+
+
 def _sampling_flags(flags: _Flags, seed: bool = True) -> None:
     flags.add("decoding.sampling_topk", type=_topk, metavar="K")
     flags.add("decoding.sampling_topp", type=_topp, metavar="P")
@@ -406,6 +413,7 @@ def _add_run(sub) -> None:
                      help=f"vocabulary, checkpoints, model and export (default: {QUICKSTART_RUN_DIR})")
     _training_flags(flags)
     _beam_flags(flags)
+    _mbr_flags(flags)
     _guard_flags(flags)
     flags.add("evaluation.test_batch_size", type=int)
     flags.add("evaluation.num_examples", type=int)
@@ -479,6 +487,7 @@ def _add_evaluate(sub) -> None:
     _batch_flags(flags, workers=False)
     evaluate.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP + "; the list goes to "
                           "--output (default: stdout) and BLEU/chrF score the best hypothesis")
+    _mbr_flags(flags)
     _sampling_flags(flags)
     _guard_flags(flags)
     flags.add("decoding.workers", type=int)
@@ -523,6 +532,7 @@ def _add_translate(sub) -> None:
                     "not text (default: serving_default)")
     _batch_flags(flags, workers=False)
     tr.add_argument("--n-best", type=_positive_int, default=None, help=N_BEST_HELP)
+    _mbr_flags(flags)
     _sampling_flags(flags)
     _guard_flags(flags)
     flags.add("decoding.workers", type=int)

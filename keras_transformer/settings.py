@@ -463,6 +463,12 @@ class DecodingSettings(_Section):
     ensemble: tuple = _setting((), "further trained model folders (with the same vocabulary) whose models translate "
                                "with this one as an ensemble: their log-probabilities are averaged at each step",
                                "none, one model")
+    mbr_candidates: int = _setting(
+        0, "minimum Bayes risk decoding (Kumar and Byrne, 2004): translate with the hypothesis, of beam search's N "
+        "best, that agrees most with the others ({decoding.mbr_metric} against each, weighted by the softmax of their "
+        "scores); N <= the beam size (e.g. 4 with beam 8)", "0, off: the best-scored hypothesis")
+    mbr_metric: str = _setting("chrf", "the agreement {decoding.mbr_candidates} maximizes: sacreBLEU chrF or "
+                               "sentence BLEU", choices=("chrf", "bleu"))
     no_repeat_ngram_size: int = _setting(
         0, "a repetition guard of every search: never write an n-gram of this size twice (0: off; n >= 2; "
         "CTranslate2's and fairseq's option of that name)")
@@ -512,6 +518,18 @@ class DecodingSettings(_Section):
         if self.sampling_temperature is not None and not 0.0 < self.sampling_temperature < float("inf"):
             raise RunError(f"{{decoding.sampling_temperature}} must be a finite number > 0, got "
                            f"{self.sampling_temperature!r}")
+        if isinstance(self.mbr_candidates, bool) or not isinstance(self.mbr_candidates, int) or \
+                self.mbr_candidates < 0:
+            raise RunError(f"{{decoding.mbr_candidates}} must be an int >= 0 (0: off), got {self.mbr_candidates!r}")
+        if self.mbr_metric not in ("chrf", "bleu"):
+            raise RunError(f"{{decoding.mbr_metric}} must be chrf or bleu, got {self.mbr_metric!r}")
+        if self.mbr_candidates and self.beam_size is not None and self.mbr_candidates > self.beam_size:
+            raise RunError(f"{{decoding.mbr_candidates}} {self.mbr_candidates} exceeds {{decoding.beam_size}} "
+                           f"{self.beam_size}: MBR chooses among beam search's hypotheses; raise the beam size")
+        if self.mbr_candidates and self.sampling:
+            raise RunError("{decoding.mbr_candidates} chooses among beam search's hypotheses; it excludes "
+                           "{decoding.seed} and {decoding.sampling_topk}/{decoding.sampling_topp}/"
+                           "{decoding.sampling_temperature}")
         if sampling_excludes_beam_search and self.sampling and (
                 self.beam_size not in (None, 1) or self.length_penalty is not None):
             raise RunError("{decoding.seed} and {decoding.sampling_topk}/{decoding.sampling_topp}/"

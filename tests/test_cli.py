@@ -132,15 +132,18 @@ def test_run_end_to_end_on_a_slice(tmp_path, multi30k_dir, monkeypatch, capsys):
     monkeypatch.setenv("KERAS_TRANSFORMER_DATA", str(multi30k_dir.parent))  # for `run` here and the processes below
     command = [
         "run", "--preset", "tiny", "--vocab-size", "300", "--precision", "float32",
-        "--limit-train", "1500", "--limit-test", "40", "--epochs", "1", "--beam-size", "2",
+        "--limit-train", "1500", "--limit-test", "40", "--epochs", "1", "--beam-size", "2", "--mbr-candidates", "2",
         "--output-dir", str(out), "--num-examples", "2",
     ]
     assert main(command) == 0
     stdout = capsys.readouterr().out
     assert "BLEU = " in stdout and "nrefs:1|case:mixed|eff:no|tok:13a" in stdout
+    assert "(40 sentences) with beam search (beam 2, alpha 0.6), then MBR (chrf) over its 2 best" in stdout
+    assert "its serving_default gives beam search's best hypothesis; MBR (chrf over the 2 best)" in stdout
     assert stdout.count("  EN:  ") == 2
     results = json.loads((out / "results.json").read_text())
     assert 0.0 <= results["bleu"] <= 100.0
+    assert (results["beam_size"], results["mbr_candidates"], results["mbr_metric"]) == (2, 2, "chrf")
     export = pathlib.Path(results["saved_model"])
     assert (export / "saved_model.pb").is_file()
     assert len((out / "test2016.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
@@ -545,6 +548,29 @@ def test_translate_and_evaluate_n_best(model_folders, kind, tmp_path, capsys):
     bleu = [line for line in plain.splitlines() if line.startswith("BLEU")]
     assert bleu and bleu == [line for line in with_n_best.splitlines() if line.startswith("BLEU")]
     assert (tmp_path / "best.txt").read_text(encoding="utf-8").splitlines() == test_best
+
+
+def test_mbr_from_the_command_line(model_folders, tmp_path, capsys):
+    """--mbr-candidates N translates with the MBR choice among the lines --n-best N lists; refused past the beam."""
+    from keras_transformer.decoding.corpus import parse_n_best_line
+    from keras_transformer.decoding.mbr import mbr_translations
+
+    folder, saved_model, *_, files = model_folders
+    listed, chosen = tmp_path / "n_best.txt", tmp_path / "mbr.de"
+    common = ["translate", "--input", str(files / "src.en"), "--workers", "1"]
+    for model, extra, n in ((str(folder), ["--beam-size", "3"], 3), (saved_model, [], 2)):  # the export: beam 2
+        assert main(common + ["--model", model, "--output", str(listed), "--n-best", str(n)] + extra) == 0
+        assert main(common + ["--model", model, "--output", str(chosen), "--mbr-candidates", str(n)] + extra) == 0
+        assert f"then MBR (chrf) over its {n} best" in capsys.readouterr().err
+        parsed = [parse_n_best_line(line) for line in listed.read_text(encoding="utf-8").splitlines()]
+        lists = [[(h, score) for i, h, score in parsed if i == index] for index in range(len(SCORE_SOURCES))]
+        assert chosen.read_text(encoding="utf-8").splitlines() == mbr_translations(lists, n)
+    assert main(common + ["--model", saved_model, "--mbr-candidates", "3"]) == 2
+    assert "--mbr-candidates 3 exceeds the beam size 2" in capsys.readouterr().err
+    assert main(common + ["--model", str(folder), "--n-best", "2", "--mbr-candidates", "2"]) == 2
+    assert "excludes --mbr-candidates" in capsys.readouterr().err
+    assert main(common + ["--model", str(folder), "--beam-size", "2", "--mbr-candidates", "4"]) == 2
+    assert "--mbr-candidates 4 exceeds --beam-size 2" in capsys.readouterr().err
 
 
 def test_n_best_flag_is_checked(model_folders, capsys):

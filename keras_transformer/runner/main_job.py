@@ -1,8 +1,9 @@
 """The main job of a run (``keras-transformer run``, :meth:`keras_transformer.Runner.run`), in four steps.
 
 1. vocabulary, data and training (:meth:`~keras_transformer.Runner.train`);
-2. the test split translated with beam search (Section 6.1) and scored
-   with sacreBLEU BLEU and chrF;
+2. the test split translated with beam search (Section 6.1; with
+   ``decoding.mbr_candidates``, then MBR over its best hypotheses) and
+   scored with sacreBLEU BLEU and chrF;
 3. the TF Serving SavedModel in ``export/1/``;
 4. a few test sentences with their translations, and ``results.json``.
 """
@@ -27,7 +28,8 @@ class TestResult:
         hypotheses: the test translations, in order (also written to
             ``<test>.hyp.<lang>`` in the run folder).
         corpus: the :class:`~keras_transformer.data.Corpus` whose test split was translated.
-        search: ``"beam search (beam 4, alpha 0.6)"`` or ``"greedy search"``.
+        search: ``"beam search (beam 4, alpha 0.6)"`` (and ``", then MBR (chrf)
+            over its 4 best"``) or ``"greedy search"``.
     """
 
     scores: Any
@@ -61,9 +63,15 @@ def test(runner, trained=None) -> TestResult:
     if test is None:
         raise RunError(f"{corpus.name} has no test split to translate: name a {{data.dataset}}, or evaluate a "
                        "test set of your own (Runner.evaluate, `keras-transformer evaluate`)")
-    _, translate_fn, search = translating.make_translator(model, tokenizer, config, _search(settings.decoding))
+    decoding = _search(settings.decoding)
+    decoding.check()
+    translator, translate_fn, search = translating.make_translator(model, tokenizer, config, decoding)
     runner.log(f"translating {corpus.name} {corpus.test_name} ({len(test)} sentences) with {search}")
-    hypotheses = translate_lines(translate_fn, test.sources, batch_size=settings.evaluation.test_batch_size)
+    if decoding.mbr_candidates:
+        hypotheses = translating.mbr_lines(translator.translate_n_best, test.sources, decoding,
+                                           batch_size=settings.evaluation.test_batch_size)
+    else:
+        hypotheses = translate_lines(translate_fn, test.sources, batch_size=settings.evaluation.test_batch_size)
     scores = score_corpus(hypotheses, test.targets, target_lang=corpus.target_lang,
                           tokenize=settings.evaluation.bleu_tokenize)
     runner.folder.write_lines(runner.folder.hypotheses(corpus.test_name, corpus.target_lang), hypotheses)
@@ -92,6 +100,7 @@ def run(runner) -> dict[str, Any]:
     """
     folder, settings = runner.folder, runner.settings
     settings.check()
+    _search(settings.decoding).check()  # the test split's search (e.g. MBR within the default beam), before training
     runner.log("[1/4] vocabulary, data and training")
     trained = runner.train(then="translates the test split and exports again", saved_by="run")
     minutes = trained.minutes
@@ -121,6 +130,8 @@ def run(runner) -> dict[str, Any]:
         "preset": settings.training.preset,
         "beam_size": search.beam_size,
         "length_penalty": trained.config.length_penalty if search.length_penalty is None else search.length_penalty,
+        "mbr_candidates": search.mbr_candidates,
+        "mbr_metric": search.mbr_metric if search.mbr_candidates else None,
         "saved_model": exported.path,
     }
     best = folder.best_validation()

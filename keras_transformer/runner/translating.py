@@ -20,7 +20,8 @@ from typing import Any
 
 from keras_transformer.settings import DEFAULT_BEAM_SIZE, DecodingSettings, ExportSettings, RunError
 
-__all__ = ["ExportResult", "check_n_best", "check_request", "export", "make_translator", "open_model", "read_input_lines"]
+__all__ = ["ExportResult", "check_n_best", "check_request", "export", "make_translator", "mbr_description",
+           "mbr_lines", "open_model", "read_input_lines"]
 
 Log = Callable[[str], None]
 
@@ -54,12 +55,13 @@ def open_model(path: str | os.PathLike, decoding: DecodingSettings, sampling: bo
     return open_translator(path, **options)
 
 
-def check_signature(signature: str | None, n_best: int | None = None) -> None:
+def check_signature(signature: str | None, n_best: int | None = None, mbr: int = 0) -> None:
     """A SavedModel signature asked for translating lines, checked before anything is loaded.
 
     Raises:
         RunError: for ``sample``, ``n_best``, ``score`` or ``token_ids`` (each
-            has its own way in), or a signature given with ``n_best``.
+            has its own way in), or a signature given with ``n_best`` or MBR
+            (``mbr`` candidates above 0).
     """
     if signature in (None, "serving_default"):
         return
@@ -72,6 +74,8 @@ def check_signature(signature: str | None, n_best: int | None = None) -> None:
         raise RunError(f"{{argument.signature}} {signature} does not translate lines into lines: {use}")
     if n_best:
         raise RunError("{argument.n_best} uses the SavedModel's n_best signature: drop {argument.signature}")
+    if mbr:
+        raise RunError("{decoding.mbr_candidates} uses the SavedModel's n_best signature: drop {argument.signature}")
 
 
 def check_model_folder(path: str | os.PathLike) -> str:
@@ -104,10 +108,18 @@ def check_request(decoding: DecodingSettings, n_best: int | None = None) -> None
     if n_best and decoding.sampling:
         raise RunError("{argument.n_best} lists beam search's hypotheses; it excludes {decoding.seed} and "
                        "{decoding.sampling_topk}/{decoding.sampling_topp}/{decoding.sampling_temperature}")
+    if n_best and decoding.mbr_candidates:
+        raise RunError("{argument.n_best} lists beam search's hypotheses best-scored first; it excludes "
+                       "{decoding.mbr_candidates} (which picks one of them)")
 
 
-def check_n_best(n: int, opened) -> None:
+def check_n_best(n: int, opened, what: str = "{argument.n_best}") -> None:
     """``n`` (n-best list size) within ``1..beam size`` of the opened translator, before any translation.
+
+    Args:
+        n: the list size.
+        opened: the :class:`~keras_transformer.decoding.load.OpenedTranslator`.
+        what: the setting that asks for the lists, as messages name it.
 
     Raises:
         RunError: when ``n`` exceeds the beam size, or the translator gives
@@ -117,10 +129,41 @@ def check_n_best(n: int, opened) -> None:
     beam = opened.settings.get("beam_size")
     if isinstance(beam, int) and n > beam:
         raise RunError(
-            f"{{argument.n_best}} {n} exceeds the beam size {beam}: beam search keeps {beam} hypotheses per sentence"
+            f"{what} {n} exceeds the beam size {beam}: beam search keeps {beam} hypotheses per sentence"
             + (" (the SavedModel's exported beam size)" if opened.kind == "saved_model" else
                "; raise {decoding.beam_size}")
         )
+
+
+def mbr_description(decoding: DecodingSettings) -> str:
+    """``", then MBR (chrf) over its 4 best"`` for MBR decoding settings, else ``""``."""
+    if not decoding.mbr_candidates:
+        return ""
+    return f", then MBR ({decoding.mbr_metric}) over its {decoding.mbr_candidates} best"
+
+
+def mbr_lines(n_best_fn, lines: Sequence[str], decoding: DecodingSettings, *, batch_size: int, workers: int = 1,
+              progress: bool = True, line_offset: int = 0) -> list[str]:
+    """Translations of ``lines`` by MBR over beam search's n-best lists (:mod:`keras_transformer.decoding.mbr`).
+
+    Args:
+        n_best_fn: a Translator's ``translate_n_best`` or an opened
+            translator's ``n_best`` (see
+            :func:`~keras_transformer.decoding.corpus.n_best_lines`).
+        lines: the sentences.
+        decoding: ``mbr_candidates`` (>= 1) and ``mbr_metric``.
+        batch_size, workers, progress, line_offset: as
+            :func:`~keras_transformer.decoding.corpus.n_best_lines`'s.
+
+    Returns:
+        One translation per line (``list[str]``), in order.
+    """
+    from keras_transformer.decoding.corpus import n_best_lines
+    from keras_transformer.decoding.mbr import mbr_translations
+
+    n_best = n_best_lines(n_best_fn, lines, decoding.mbr_candidates, batch_size=batch_size, workers=workers,
+                          progress=progress, line_offset=line_offset)
+    return mbr_translations(n_best, decoding.mbr_candidates, decoding.mbr_metric)
 
 
 def read_input_lines(path: str | os.PathLike) -> tuple[str, list[str]]:
@@ -191,7 +234,7 @@ def make_translator(model, tokenizer, config, decoding: DecodingSettings, *, jit
     )
     translate_fn = translator.translate if beam_size > 1 else translator.translate_greedy
     search = f"beam search (beam {beam_size}, alpha {alpha})" if beam_size > 1 else "greedy search"
-    return translator, translate_fn, search
+    return translator, translate_fn, search + mbr_description(decoding)
 
 
 @dataclasses.dataclass
@@ -252,6 +295,10 @@ def export(loaded, export_dir: str | os.PathLike, settings: ExportSettings, deco
                   f"temperature {translator.sampling_temperature}")
     description = f"XLA-compiled search: {xla}{sample}"
     log(f"exported {path} ({description})")
+    if decoding.mbr_candidates:
+        log(f"  its serving_default gives beam search's best hypothesis; MBR ({decoding.mbr_metric} over the "
+            f"{decoding.mbr_candidates} best) runs in Python over its n_best signature: translating with the "
+            "SavedModel and the same MBR setting applies it")
     return ExportResult(path, "saved_model", description)
 
 
@@ -289,7 +336,9 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
         opened: an :class:`~keras_transformer.decoding.load.OpenedTranslator`.
         lines: the sentences.
         n_best: hypotheses per sentence (None: the translation only).
-        decoding: batch size and workers.
+        decoding: batch size, workers and MBR (``mbr_candidates`` above 0:
+            each translation is the MBR choice among that many of beam
+            search's best, :func:`mbr_lines`).
         signature: a SavedModel signature other than ``serving_default``.
         progress, line_offset: as :func:`~keras_transformer.decoding.corpus.translate_lines`'s.
 
@@ -298,7 +347,8 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
 
     Raises:
         RunError: for a signature of something other than a SavedModel, or
-            with ``n_best``, or an n-best size the translator cannot give.
+            with ``n_best`` or MBR, or an n-best size (or MBR candidates) the
+            translator cannot give.
     """
     from keras_transformer.decoding.corpus import n_best_lines, translate_lines
 
@@ -314,6 +364,11 @@ def translate_batches(opened, lines: Sequence[str], n_best: int | None, decoding
         translate_fn = lambda batch: function(batch)  # noqa: E731
     workers = decoding.resolved_workers()
     check_request(decoding, n_best)
+    if decoding.mbr_candidates:
+        check_signature(signature, mbr=decoding.mbr_candidates)
+        check_n_best(decoding.mbr_candidates, opened, "{decoding.mbr_candidates}")
+        return mbr_lines(opened.require("n_best"), lines, decoding, batch_size=decoding.batch_size, workers=workers,
+                         progress=progress, line_offset=line_offset)
     if n_best:
         check_n_best(n_best, opened)
         return n_best_lines(opened.require("n_best"), lines, n_best, batch_size=decoding.batch_size, workers=workers,

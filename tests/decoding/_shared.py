@@ -106,6 +106,24 @@ def model_and_tokenizer(path):
     return model, SubwordTokenizer(path)
 
 
+def model_folder(folder, model, spm_path):
+    """A model folder (model.keras, spm.model, config.json) for ``model`` with the vocabulary at ``spm_path``."""
+    import shutil
+
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.tokenizer import SubwordTokenizer
+    from keras_transformer.run_folder import RunFolder, RunRecord
+
+    run = RunFolder(folder)
+    run.path.mkdir(parents=True)
+    shutil.copyfile(spm_path, run.vocabulary)
+    names = set(TransformerConfig.__dataclass_fields__)
+    config = TransformerConfig(**{k: v for k, v in model.get_config().items() if k in names})
+    run.write_record(RunRecord("tiny", config, SubwordTokenizer(str(run.vocabulary)).vocab_sha256))
+    model.save(run.model_path)
+    return run.path
+
+
 def exported(model, tokenizer, tmp_path_factory):
     """``(base, {1: plain path, 2: XLA path})``, exported once per session.
 

@@ -31,3 +31,16 @@ def model(model_and_tokenizer):
 @pytest.fixture(scope="module")
 def tokenizer(model_and_tokenizer):
     return model_and_tokenizer[1]
+
+
+@pytest.fixture(scope="module")
+def make_model_folder():
+    """``make(folder, model, spm_path)``: a model folder (model.keras, spm.model, config.json) of ``model``."""
+    return shared.model_folder
+
+
+@pytest.fixture(scope="module")
+def model_dir(model, multi30k_dir, tmp_path_factory):
+    """A model folder of the module's tiny model and the session's vocabulary."""
+    folder = tmp_path_factory.mktemp("model_dir") / "model"
+    return shared.model_folder(folder, model, shared.spm_path(multi30k_dir, tmp_path_factory))

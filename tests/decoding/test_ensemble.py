@@ -59,25 +59,7 @@ def test_each_step_scores_the_mean_of_the_members_log_probabilities(model, token
     assert set(cache) == {"member_0", "member_1"} and ensemble.vocab_size == model.vocab_size
 
 
-def _model_folder(folder, model, spm_path):
-    """A model folder (model.keras, spm.model, config.json) for ``model`` with the vocabulary at ``spm_path``."""
-    import shutil
-
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.data.tokenizer import SubwordTokenizer
-    from keras_transformer.run_folder import RunFolder, RunRecord
-
-    run = RunFolder(folder)
-    run.path.mkdir(parents=True)
-    shutil.copyfile(spm_path, run.vocabulary)
-    names = set(TransformerConfig.__dataclass_fields__)
-    config = TransformerConfig(**{k: v for k, v in model.get_config().items() if k in names})
-    run.write_record(RunRecord("tiny", config, SubwordTokenizer(str(run.vocabulary)).vocab_sha256))
-    model.save(run.model_path)
-    return run.path
-
-
-def test_folders_with_another_vocabulary_are_refused(model, multi30k_dir, tmp_path):
+def test_folders_with_another_vocabulary_are_refused(model, multi30k_dir, tmp_path, make_model_folder):
     from keras_transformer.data.tokenizer import train_sentencepiece
     from keras_transformer.decoding.load import open_translator
 
@@ -86,8 +68,8 @@ def test_folders_with_another_vocabulary_are_refused(model, multi30k_dir, tmp_pa
     lines = (multi30k_dir / "train.en").read_text(encoding="utf-8").splitlines()[:600]
     train_sentencepiece(lines, spm_a, vocab_size=200)
     train_sentencepiece(lines[::-1][:500], spm_b, vocab_size=200)
-    first = _model_folder(tmp_path / "first", model, spm_a / "spm.model")
-    second = _model_folder(tmp_path / "second", model, spm_b / "spm.model")
+    first = make_model_folder(tmp_path / "first", model, spm_a / "spm.model")
+    second = make_model_folder(tmp_path / "second", model, spm_b / "spm.model")
     with pytest.raises(RunError, match="has another vocabulary than .*first.*share one vocabulary"):
         load_ensemble([first, second])
     with pytest.raises(RunError, match="share one vocabulary"):
