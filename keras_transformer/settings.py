@@ -466,7 +466,8 @@ class DecodingSettings(_Section):
     mbr_candidates: int = _setting(
         0, "minimum Bayes risk decoding (Kumar and Byrne, 2004): translate with the hypothesis, of beam search's N "
         "best, that agrees most with the others ({decoding.mbr_metric} against each, weighted by the softmax of their "
-        "scores); N <= the beam size (e.g. 4 with beam 8)", "0, off: the best-scored hypothesis")
+        "scores); N <= the beam size (e.g. 4 with beam 8). With chrF it lengthens the output: on Multi30k's test2016 "
+        "it raised chrF and lowered BLEU", "0, off: the best-scored hypothesis")
     mbr_metric: str = _setting("chrf", "the agreement {decoding.mbr_candidates} maximizes: sacreBLEU chrF or "
                                "sentence BLEU", choices=("chrf", "bleu"))
     no_repeat_ngram_size: int = _setting(
