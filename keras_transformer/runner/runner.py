@@ -187,7 +187,7 @@ class Runner:
                 raise
             raise RunError(str(error)) from None
 
-    def _search(self, opened) -> str:
+    def _describe_search(self, opened) -> str:
         """What the opened translator runs, with MBR when the decoding settings ask for it."""
         return opened.description + translating.mbr_description(self.settings.decoding)
 
@@ -233,13 +233,13 @@ class Runner:
 
         translating.check_model_folder(self.folder.path)
         translating.check_request(self.settings.decoding, n_best)
-        translating.check_signature(signature, n_best)
+        translating.check_signature(signature, n_best, self.settings.decoding.mbr_candidates)
         if is_stream(input):
             return self._translate_stream(input, output, n_best, signature)
         name, lines = translating.read_input_lines(input)
         opened = self.open_translator()
         self.log(f"weights: {opened.weights}")
-        self.log(f"translating {name} with {self._search(opened)}")
+        self.log(f"translating {name} with {self._describe_search(opened)}")
         result = translating.translate_batches(opened, lines, n_best, self.settings.decoding, signature)
         text = format_n_best(result) if n_best else "".join(t + "\n" for t in result)
         translating.write_output(output, text)
@@ -255,7 +255,7 @@ class Runner:
             translating.check_n_best(n_best, opened)
         self.log(f"weights: {opened.weights}")
         name = "stdin" if os.fspath(input) == "-" else str(input)
-        self.log(f"translating {name} as its lines arrive, with {self._search(opened)}")
+        self.log(f"translating {name} as its lines arrive, with {self._describe_search(opened)}")
 
         def translate_batch(lines: list[str], before: int) -> list[str]:
             result = translating.translate_batches(opened, lines, n_best, self.settings.decoding, signature,
@@ -313,7 +313,7 @@ class Runner:
         bleu_metric(lang, tokenize)  # a missing tokenizer package fails before translating
         opened = self.open_translator()
         self.log(f"weights: {opened.weights}")
-        self.log(f"translating {source} ({len(pairs)} sentences) with {self._search(opened)}")
+        self.log(f"translating {source} ({len(pairs)} sentences) with {self._describe_search(opened)}")
         result = translating.translate_batches(opened, pairs.sources, n_best, self.settings.decoding)
         if n_best:
             hypotheses = [entries[0][0] if entries else "" for entries in result]  # BLEU of the best hypothesis
