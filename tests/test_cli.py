@@ -571,6 +571,8 @@ def test_mbr_from_the_command_line(model_folders, tmp_path, capsys):
     assert "excludes --mbr-candidates" in capsys.readouterr().err
     assert main(common + ["--model", str(folder), "--beam-size", "2", "--mbr-candidates", "4"]) == 2
     assert "--mbr-candidates 4 exceeds --beam-size 2" in capsys.readouterr().err
+    assert main(common + ["--model", saved_model, "--signature", "greedy", "--mbr-candidates", "2"]) == 2
+    assert "--mbr-candidates uses the SavedModel's n_best signature: drop --signature" in capsys.readouterr().err
 
 
 def test_n_best_flag_is_checked(model_folders, capsys):
