@@ -16,41 +16,47 @@ import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-#: The test files that take 10 s or more, longest first (one idle run of the README's command,
-#: pytest's --durations, summed per file: test_cli.py 360 s ... test_scoring.py 13 s). The command
-#: (`pytest -n 2 --dist loadfile --no-loadscope-reorder`) hands whole files to two workers in
-#: collection order, so with the longest first and the shortest last (longest-processing-time-first
-#: scheduling) the two workers finish close together. Other files keep pytest's order, after these.
+#: The test files that take 10 s or more, longest first (one idle run of the README's command on a 2-core
+#: AMD EPYC, AVX2 only, 2026-12-07: pytest's junit times summed per file, test_cli.py 436 s ...
+#: test_visualization.py 12 s). The command (`pytest -n 2 --dist loadfile --no-loadscope-reorder`) hands
+#: whole files to two workers in collection order, so with the longest first and the shortest last
+#: (longest-processing-time-first scheduling) the two workers finish close together. Other files keep
+#: pytest's order, after these.
 SLOWEST_FIRST = (
     "tests/test_cli.py",
     "tests/training/test_distributed.py",
-    "tests/test_export.py",
-    "tests/training/test_streaming_training.py",
-    "tests/test_ctranslate2.py",
     "tests/training/test_trainer.py",
+    "tests/training/test_streaming_training.py",
     "tests/decoding/test_unknown_input.py",
+    "tests/test_ctranslate2.py",
     "tests/test_serving_cpp.py",
+    "tests/test_notebook.py",
+    "tests/test_export.py",
+    "tests/decoding/test_ensemble.py",
     "tests/decoding/test_decode_speed.py",
     "tests/training/test_shapes.py",
-    "tests/test_model.py",
     "tests/training/test_validation.py",
+    "tests/test_model.py",
     "tests/test_chinese.py",
-    "tests/test_notebook.py",
-    "tests/decoding/test_fast_decoding.py",
-    "tests/training/test_resume.py",
-    "tests/decoding/test_input_normalization.py",
-    "tests/decoding/test_placeholders.py",
     "tests/decoding/test_translator_sampling.py",
-    "tests/decoding/test_translator.py",
-    "tests/data/test_streaming.py",
     "tests/decoding/test_step_cost.py",
+    "tests/decoding/test_input_normalization.py",
+    "tests/decoding/test_fast_decoding.py",
+    "tests/decoding/test_translator.py",
+    "tests/decoding/test_placeholders.py",
+    "tests/data/test_streaming.py",
+    "tests/decoding/test_stream.py",
+    "tests/training/test_resume.py",
+    "tests/decoding/test_mbr.py",
+    "tests/decoding/test_punctuation_lines.py",
     "tests/test_serving.py",
-    "tests/data/test_pipeline.py",
-    "tests/data/test_tatoeba.py",
-    "tests/decoding/test_sampling.py",
-    "tests/decoding/test_search.py",
-    "tests/test_visualization.py",
     "tests/decoding/test_scoring.py",
+    "tests/data/test_tatoeba.py",
+    "tests/data/test_pipeline.py",
+    "tests/decoding/test_repetition_guard.py",
+    "tests/decoding/test_search.py",
+    "tests/decoding/test_sampling.py",
+    "tests/test_visualization.py",
 )
 
 

@@ -103,7 +103,7 @@ def test_notebook_runs_top_to_bottom_in_the_tiny_configuration(multi30k_dir, tmp
 
 
 def _the_notebooks_folder_is_a_model_folder(run_dir, multi30k_dir, tmp_path, capsys):
-    """What the notebook trained opens with translate, evaluate, export, score and plot attention."""
+    """What the notebook trained opens with translate, evaluate, score and plot attention."""
     from keras_transformer.cli import main
     from keras_transformer.run_folder import RunFolder
 
@@ -127,6 +127,4 @@ def _the_notebooks_folder_is_a_model_folder(run_dir, multi30k_dir, tmp_path, cap
     assert main(["plot", "attention", "--model-dir", str(run_dir), "--source", sources[0],
                  "--output", str(tmp_path / "att.png")]) == 0
     assert (tmp_path / "att.png").stat().st_size > 1000
-    assert main(["export", "--model-dir", str(run_dir), "--export-dir", str(tmp_path / "export"),
-                 "--beam-size", "2"]) == 0
-    assert (tmp_path / "export" / "1" / "saved_model.pb").is_file()
+    # (`export` opens the folder as these do, and the notebook itself exported it: export/1 above.)
