@@ -450,8 +450,9 @@ def test_the_repetition_guard_from_the_command_line(model_folders, tmp_path, cap
                  "--no-repeat-ngram-size", "3"]) == 2
     assert "exported with no_repeat_ngram_size 0" in capsys.readouterr().err
     assert main(["export", "--model-dir", str(folder), "--export-dir", str(tmp_path / "export"),
-                 "--no-repeat-ngram-size", "3", "--beam-size", "2"]) == 0
-    record = json.loads((tmp_path / "export" / "1" / "assets.extra" / "export_config.json").read_text())
+                 "--no-repeat-ngram-size", "3", "--beam-size", "2", "--version", "3"]) == 0
+    assert os.listdir(tmp_path / "export") == ["3"]  # --version names the servable's folder
+    record = json.loads((tmp_path / "export" / "3" / "assets.extra" / "export_config.json").read_text())
     assert record["decoding"]["no_repeat_ngram_size"] == 3  # recorded like the beam size
     with pytest.raises(SystemExit):
         main(["translate", "--model", str(folder), "--no-repeat-ngram-size", "-1"])
